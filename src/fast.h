@@ -1,0 +1,50 @@
+/* fast.h — the malloc and free fast paths, inlined into every entry point
+ * (alloc.c, free.c, override.c) so that the common case never calls out of
+ * its translation unit. Preconditions and design: see alloc.c.
+ *
+ * malloc fast path: size <= FW_DIRECT_MAX, and the page heap->direct[] names
+ * for it has a free block. New threads and cautious mode point direct[] at
+ * fw_page_empty, so they take the slow path without a test of their own.
+ * free fast path: the block's segment is owned by this thread and its slice
+ * descriptor has no flag (not full, not aligned, not a later slice of a
+ * multi-slice page, not cautious mode). */
+#ifndef FW_FAST_H
+#define FW_FAST_H
+#include "internal.h"
+
+FW_INLINE void *fw_heap_malloc_fast(fw_heap_t *heap, size_t size) {
+  if (fw_likely(size <= FW_DIRECT_MAX)) {
+    fw_page_t *page = heap->direct[(size + 7) >> 3];
+    fw_block_t *b = page->free;
+    if (fw_likely(b != NULL)) {
+      page->free = b->next;
+      page->used++;
+      return b;
+    }
+  }
+  return fw_malloc_generic(heap, size);
+}
+
+FW_INLINE void *fw_malloc_fast(size_t size) {
+  return fw_heap_malloc_fast(fw_tls_heap, size);
+}
+
+FW_HIDDEN void fw_page_retire_empty(fw_page_t *page);
+
+FW_INLINE void fw_free_fast(void *p) {
+  if (fw_unlikely(p == NULL)) return;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  if (fw_likely(atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id())) {
+    fw_page_t *page = fw_ptr_slice(seg, p);
+    if (fw_likely(page->flags == 0)) {
+      fw_block_t *b = (fw_block_t *)p;
+      b->next = page->free;
+      page->free = b;
+      if (fw_unlikely(--page->used == 0)) fw_page_retire_empty(page);
+      return;
+    }
+  }
+  fw_free_generic(p);
+}
+
+#endif

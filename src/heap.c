@@ -1,0 +1,316 @@
+/* heap.c — first-class heaps: the thread's default heap and the ones made
+ * with fw_heap_new (heap groups). A heap owns pages; its thread owns the
+ * segments they sit in. Heap structs come from type-stable metadata and are
+ * recycled, never unmapped (remote frees may still read page->heap).
+ * See alloc.c for the whole design. */
+#define _GNU_SOURCE
+#include "fast.h"
+#include <pthread.h>
+#include <string.h>
+
+fw_heap_t fw_heap_empty = {.direct = {[0 ... FW_DIRECT_SLOTS - 1] = &fw_page_empty}};
+
+static pthread_mutex_t fw_heap_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static fw_heap_t *fw_heap_pool; /* guarded by fw_heap_pool_lock */
+
+fw_heap_t *fw_heap_alloc_struct(fw_tld_t *tld, bool is_default) {
+  pthread_mutex_lock(&fw_heap_pool_lock);
+  fw_heap_t *heap = fw_heap_pool;
+  if (heap) fw_heap_pool = heap->pool_next;
+  pthread_mutex_unlock(&fw_heap_pool_lock);
+  if (!heap) {
+    heap = fw_meta_alloc(sizeof(fw_heap_t));
+    if (!heap) return NULL;
+  }
+  /* Everything but the delayed list, which may hold late remote frees from
+   * the heap's previous life; they are folded in by the next slow path. */
+  fw_block_t *delayed = atomic_load(&heap->delayed);
+  memset(heap, 0, sizeof *heap);
+  atomic_store(&heap->delayed, delayed);
+  for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
+  heap->tld = tld;
+  heap->thread_id = tld->thread_id;
+  heap->is_default = is_default;
+  heap->next = tld->heaps;
+  if (tld->heaps) tld->heaps->prev = heap;
+  tld->heaps = heap;
+  fw_stat_add(heaps, 1);
+  return heap;
+}
+
+void fw_heap_struct_free(fw_heap_t *heap) {
+  fw_tld_t *tld = heap->tld;
+  if (heap->prev) heap->prev->next = heap->next;
+  else tld->heaps = heap->next;
+  if (heap->next) heap->next->prev = heap->prev;
+  heap->tld = NULL;
+  heap->thread_id = 0;
+  fw_stat_sub(heaps, 1);
+  pthread_mutex_lock(&fw_heap_pool_lock);
+  heap->pool_next = fw_heap_pool;
+  fw_heap_pool = heap;
+  pthread_mutex_unlock(&fw_heap_pool_lock);
+}
+
+/* Blocks freed by other threads into this heap's full pages. */
+void fw_heap_collect_delayed(fw_heap_t *heap) {
+  fw_block_t *b = atomic_exchange_explicit(&heap->delayed, NULL, memory_order_acquire);
+  uintptr_t me = fw_thread_id();
+  while (b) {
+    fw_block_t *next = b->next;
+    fw_page_t *page = fw_ptr_page(b);
+    if (atomic_load_explicit(&fw_ptr_segment(b)->thread_id, memory_order_relaxed) == me)
+      fw_free_local_slow(page, b);
+    else
+      fw_free_remote(page, b);
+    b = next;
+  }
+}
+
+void fw_heap_housekeeping(fw_heap_t *heap, bool force) {
+  uint64_t now = fw_os_clock_ms();
+  fw_tld_t *tld = heap->tld;
+  if (force || (tld->purge_due && tld->purge_due <= now)) fw_segments_purge(tld, now, force);
+  fw_arena_purge(now, force);
+}
+
+/* Empties a heap. Pages with live blocks go to target (fw_heap_delete), or
+ * are detached for their segments to be abandoned (target NULL, thread
+ * exit), or are dropped with their blocks (destroy). */
+static void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
+  /* 1. stop routing remote frees here */
+  for (fw_page_t *pg = heap->full.first; pg; pg = pg->next)
+    atomic_fetch_and_explicit(&pg->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
+  /* 2. fold in what was routed here already */
+  if (!destroy) {
+    fw_heap_collect_delayed(heap);
+  } else {
+    fw_block_t *b = atomic_exchange_explicit(&heap->delayed, NULL, memory_order_acquire);
+    while (b) {
+      fw_block_t *next = b->next;
+      fw_page_t *page = fw_ptr_page(b);
+      if (atomic_load_explicit(&page->heap, memory_order_relaxed) != heap) fw_free_remote(page, b);
+      b = next;
+    }
+  }
+  /* 3. every page: drop it or hand it on */
+  for (size_t c = 0; c <= FW_CLASS_COUNT; c++) {
+    fw_page_queue_t *q = c == FW_CLASS_COUNT ? &heap->full : &heap->queues[c];
+    while (q->first) {
+      fw_page_t *pg = q->first;
+      fw_page_queue_remove(heap, q, pg);
+      pg->flags &= (uint8_t)~FW_PF_FULL;
+      if (destroy) {
+        fw_segment_page_free(heap->tld, pg);
+        continue;
+      }
+      fw_page_collect(pg);
+      if (pg->used == 0) {
+        fw_segment_page_free(heap->tld, pg);
+      } else if (target) {
+        fw_page_adopt(target, pg);
+      } else {
+        atomic_store_explicit(&pg->heap, NULL, memory_order_release);
+      }
+    }
+  }
+  for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
+}
+
+void fw_heap_release_all(fw_heap_t *heap) { fw_heap_release(heap, NULL, false); }
+
+static fw_heap_t *fw_heap_current(void) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (heap == &fw_heap_empty) heap = fw_thread_init();
+  return heap;
+}
+
+static void fw_heap_check_owner(const fw_heap_t *heap, const char *what) {
+  if (fw_unlikely(fw_opt(CAUTIOUS)) && heap->thread_id != fw_thread_id())
+    fw_check_fail(what, heap, 0);
+}
+
+/* ---- public API ------------------------------------------------------- */
+
+fw_heap_t *fw_heap_new(void) {
+  fw_heap_t *def = fw_heap_current();
+  if (!def) return fw_enomem();
+  fw_heap_t *heap = fw_heap_alloc_struct(def->tld, false);
+  if (!heap) return fw_enomem();
+  return heap;
+}
+
+fw_heap_t *fw_heap_get_default(void) { return fw_heap_current(); }
+
+void fw_heap_delete(fw_heap_t *heap) {
+  if (!heap || heap == &fw_heap_empty) return;
+  fw_heap_check_owner(heap, "fw_heap_delete from a thread that does not own the heap");
+  if (heap->is_default) return;
+  fw_heap_t *def = heap->tld->heap_default;
+  fw_heap_release(heap, def, false);
+  fw_heap_struct_free(heap);
+}
+
+void fw_heap_destroy(fw_heap_t *heap) {
+  if (!heap || heap == &fw_heap_empty) return;
+  fw_heap_check_owner(heap, "fw_heap_destroy from a thread that does not own the heap");
+  if (heap->is_default) {
+    fw_message("fw_heap_destroy: the default heap cannot be destroyed; ignored\n");
+    return;
+  }
+  fw_heap_release(heap, NULL, true);
+  fw_heap_struct_free(heap);
+}
+
+void *fw_heap_malloc(fw_heap_t *heap, size_t size) {
+  fw_heap_check_owner(heap, "fw_heap_malloc from a thread that does not own the heap");
+  return fw_heap_malloc_fast(heap, size);
+}
+
+void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
+  fw_heap_check_owner(heap, "fw_heap_calloc from a thread that does not own the heap");
+  return fw_heap_malloc_zero(heap, total, true);
+}
+
+void *fw_heap_realloc(fw_heap_t *heap, void *p, size_t size) {
+  fw_heap_check_owner(heap, "fw_heap_realloc from a thread that does not own the heap");
+  return fw_realloc_ex(heap, p, size);
+}
+
+void *fw_heap_malloc_aligned(fw_heap_t *heap, size_t size, size_t alignment) {
+  fw_heap_check_owner(heap, "fw_heap_malloc_aligned from a thread that does not own the heap");
+  return fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+}
+
+size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
+  if (!p || !heap) return 0;
+  if (fw_ptr_page(p)->heap != heap) return 0;
+  return fw_usable_size(p);
+}
+
+void fw_heap_collect(fw_heap_t *heap, bool force) {
+  if (!heap || heap == &fw_heap_empty) return;
+  fw_heap_collect_delayed(heap);
+  for (size_t c = 1; c < FW_CLASS_COUNT; c++) {
+    fw_page_queue_t *q = &heap->queues[c];
+    fw_page_t *pg = q->first;
+    while (pg) {
+      fw_page_t *next = pg->next;
+      fw_page_collect(pg);
+      bool head = pg == q->first;
+      if (pg->used == (head ? 1u : 0u) && (!head || force)) {
+        if (head) fw_page_queue_remove(heap, q, pg);   /* drops the head's extra count */
+        fw_page_retire(heap, pg);
+      }
+      pg = next;
+    }
+  }
+  fw_heap_housekeeping(heap, force);
+}
+
+void fw_collect(bool force) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (heap != &fw_heap_empty) {
+    for (fw_heap_t *h = heap->tld->heaps; h; h = h->next) fw_heap_collect(h, force);
+  } else {
+    uint64_t now = fw_os_clock_ms();
+    fw_arena_purge(now, force);
+  }
+}
+
+static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, void *), void *arg) {
+  for (size_t c = 0; c <= FW_CLASS_COUNT; c++) {
+    const fw_page_queue_t *q = c == FW_CLASS_COUNT ? &heap->full : &heap->queues[c];
+    for (const fw_page_t *pg = q->first; pg; pg = pg->next) fn(pg, arg);
+  }
+}
+
+static size_t fw_page_live(const fw_page_t *pg) {
+  const fw_page_queue_t *q = NULL;
+  (void)q;
+  fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
+  bool head = !(pg->flags & FW_PF_FULL) && heap && heap->queues[pg->cls].first == pg;
+  return pg->used - (head ? 1u : 0u);
+}
+
+static void fw_stats_page(const fw_page_t *pg, void *arg) {
+  fw_heap_stats_t *s = arg;
+  size_t live = fw_page_live(pg);
+  s->blocks_live += live;
+  s->bytes_live += pg->kind == FW_KIND_LARGE ? (live ? pg->requested : 0) : live * pg->block_size;
+  s->pages++;
+  s->bytes_reserved += pg->kind == FW_KIND_LARGE ? fw_page_segment(pg)->size : (size_t)pg->slices * FW_SLICE_SIZE;
+}
+
+int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {
+  if (!heap || !out || out->size < sizeof(size_t)) { errno = EINVAL; return -1; }
+  fw_heap_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  if (heap != &fw_heap_empty) fw_heap_walk(heap, fw_stats_page, &s);
+  fw_heap_t *h = (fw_heap_t *)heap;
+  if (s.bytes_live > h->peak_bytes) h->peak_bytes = s.bytes_live;
+  s.bytes_peak = h->peak_bytes;
+  size_t n = out->size < sizeof s ? out->size : sizeof s;
+  memcpy(out, &s, n);
+  out->size = n;
+  return 0;
+}
+
+/* Marks the blocks of a page that are free (local or remote list). */
+static void fw_page_free_map(const fw_page_t *pg, uint8_t *map, size_t n) {
+  memset(map, 0, (n + 7) / 8);
+  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
+  const fw_block_t *lists[2] = {pg->free, (const fw_block_t *)x};
+  for (int l = 0; l < 2; l++)
+    for (const fw_block_t *b = lists[l]; b; b = b->next) {
+      size_t i = (size_t)((const uint8_t *)b - pg->area) / pg->block_size;
+      if (i < n) map[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+}
+
+bool fw_heap_contains(const fw_heap_t *heap, const void *p) {
+  if (!heap || !p || !fw_check_pointer(p)) return false;
+  const fw_page_t *pg = fw_ptr_page(p);
+  if ((pg->flags & FW_PF_UNUSED) || atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed) != heap)
+    return false;
+  if (pg->kind == FW_KIND_LARGE) return pg->used > 0;
+  size_t i = (size_t)((const uint8_t *)p - pg->area) / pg->block_size;
+  if (i >= pg->capacity) return false;
+  for (const fw_block_t *b = pg->free; b; b = b->next)
+    if ((const uint8_t *)b == pg->area + i * pg->block_size) return false;
+  return true;
+}
+
+typedef struct { fw_block_visitor_t *visit; void *arg; bool stop; } fw_visit_ctx_t;
+
+static void fw_visit_page(const fw_page_t *pg, void *arg) {
+  fw_visit_ctx_t *ctx = arg;
+  if (ctx->stop) return;
+  if (pg->kind == FW_KIND_LARGE) {
+    if (pg->used && !ctx->visit(pg->area, pg->block_size, ctx->arg)) ctx->stop = true;
+    return;
+  }
+  uint8_t map[FW_SLICE_SIZE / 8 / 8 + 1];
+  size_t n = pg->capacity;
+  if (n > sizeof map * 8) n = sizeof map * 8;
+  fw_page_free_map(pg, map, n);
+  for (size_t i = 0; i < n && !ctx->stop; i++)
+    if (!(map[i / 8] & (1u << (i % 8))))
+      if (!ctx->visit(pg->area + i * pg->block_size, pg->block_size, ctx->arg)) ctx->stop = true;
+}
+
+void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
+  if (!heap || !visit || heap == &fw_heap_empty) return;
+  fw_visit_ctx_t ctx = {visit, arg, false};
+  fw_heap_walk(heap, fw_visit_page, &ctx);
+}
+
+void fw_heap_fork_prepare(void);
+void fw_heap_fork_parent(void);
+void fw_heap_fork_child(void);
+FW_HIDDEN void fw_heap_fork_prepare(void) { pthread_mutex_lock(&fw_heap_pool_lock); }
+FW_HIDDEN void fw_heap_fork_parent(void) { pthread_mutex_unlock(&fw_heap_pool_lock); }
+FW_HIDDEN void fw_heap_fork_child(void) { pthread_mutex_init(&fw_heap_pool_lock, NULL); }

@@ -1,0 +1,87 @@
+/* options.c — the options table (options.def) turned into storage, parsing of
+ * FREEWAY_* environment variables and access by name. */
+#include "internal.h"
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <ctype.h>
+
+typedef struct { const char *id; const char *name; long def, lo, hi; const char *doc; } fw_option_desc_t;
+
+#define FW_OPTION(id, name, def, lo, hi, doc) { #id, name, def, lo, hi, doc },
+static const fw_option_desc_t fw_option_descs[FW_OPT_COUNT_] = {
+#include "options.def"
+};
+#undef FW_OPTION
+
+#define FW_OPTION(id, name, def, lo, hi, doc) def,
+long fw_options[FW_OPT_COUNT_] = {
+#include "options.def"
+};
+#undef FW_OPTION
+
+static long fw_option_clamp(int i, long v) {
+  if (v < fw_option_descs[i].lo) v = fw_option_descs[i].lo;
+  if (v > fw_option_descs[i].hi) v = fw_option_descs[i].hi;
+  return v;
+}
+
+/* Accepts a number, or on/off/true/false/yes/no. Anything else is ignored
+ * with a warning: a typo must not silently change behaviour. */
+static bool fw_option_parse(const char *s, long *out) {
+  if (!strcasecmp(s, "on") || !strcasecmp(s, "true") || !strcasecmp(s, "yes")) { *out = 1; return true; }
+  if (!strcasecmp(s, "off") || !strcasecmp(s, "false") || !strcasecmp(s, "no")) { *out = 0; return true; }
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s) return false;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end) return false;
+  *out = v;
+  return true;
+}
+
+void fw_options_init(void) {
+  char var[64];
+  for (int i = 0; i < FW_OPT_COUNT_; i++) {
+    fw_snprintf(var, sizeof var, "FREEWAY_%s", fw_option_descs[i].id);
+    const char *s = getenv(var);
+    if (!s || !*s) continue;
+    long v;
+    if (fw_option_parse(s, &v))
+      fw_options[i] = fw_option_clamp(i, v);
+    else
+      fw_message("warning: ignoring %s=%s (not a number)\n", var, s);
+  }
+}
+
+static int fw_option_find(const char *name) {
+  if (!name) return -1;
+  if (!strncasecmp(name, "FREEWAY_", 8)) name += 8;
+  for (int i = 0; i < FW_OPT_COUNT_; i++)
+    if (!strcasecmp(name, fw_option_descs[i].id) || !strcasecmp(name, fw_option_descs[i].name)) return i;
+  return -1;
+}
+
+long fw_option_get(const char *name) {
+  int i = fw_option_find(name);
+  if (i < 0) { errno = EINVAL; return -1; }
+  return fw_options[i];
+}
+
+int fw_option_set(const char *name, long value) {
+  int i = fw_option_find(name);
+  if (i < 0) { errno = EINVAL; return -1; }
+  if (strncmp(fw_option_descs[i].doc, "live", 4) != 0) { errno = EPERM; return -1; }
+  fw_options[i] = fw_option_clamp(i, value);
+  return 0;
+}
+
+/* Used by fw_stats_print: one line per option. */
+FW_HIDDEN void fw_options_print(int fd);
+void fw_options_print(int fd) {
+  char line[256];
+  for (int i = 0; i < FW_OPT_COUNT_; i++) {
+    int n = fw_snprintf(line, sizeof line, "option FREEWAY_%s=%ld\n", fw_option_descs[i].id, fw_options[i]);
+    fw_os_write(fd, line, (size_t)n);
+  }
+}

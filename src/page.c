@@ -1,0 +1,223 @@
+/* page.c — blocks inside a page and the heap's page queues.
+ *
+ * Each heap keeps one queue per size class; the head of a queue is the page
+ * that the malloc fast path pops from (heap->direct[] points at it), and it
+ * carries one extra count in page->used so that freeing its last block never
+ * sends the free fast path into retirement: in a malloc/free loop the head
+ * page goes from one block to none and back without leaving the fast path.
+ * Pages with no free block move to the heap's full list and set the DELAYED
+ * bit in xfree, so that a remote free into them is routed to the heap, which
+ * then puts the page back in its queue. See alloc.c for the whole design. */
+#include "internal.h"
+#include <string.h>
+
+fw_page_t fw_page_empty;
+
+/* direct[] slots per class: class c serves slots fw_direct_first[c] .. up to
+ * the first slot of class c+1. Filled at start-up from fw_size_class(). */
+static uint8_t fw_direct_first[FW_CLASS_COUNT + 1];
+static uint8_t fw_direct_cls[FW_DIRECT_SLOTS];
+
+FW_HIDDEN void fw_page_tables_init(void);
+void fw_page_tables_init(void) {
+  for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) {
+    size_t cls = fw_size_class(w * 8);
+    fw_direct_cls[w] = (uint8_t)cls;
+  }
+  for (size_t w = FW_DIRECT_SLOTS; w-- > 0;) fw_direct_first[fw_direct_cls[w]] = (uint8_t)w;
+}
+
+static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
+  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1]) return;
+  for (size_t w = fw_direct_first[cls]; w < FW_DIRECT_SLOTS && fw_direct_cls[w] == cls; w++)
+    heap->direct[w] = page;
+}
+
+/* The head of a queue changes: move the bias and the direct pointers. */
+static void fw_pq_head_moved(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *old) {
+  fw_page_t *now = q->first;
+  if (old == now) return;
+  if (old) old->used--;
+  if (now) now->used++;
+  if (q != &heap->full) fw_direct_set(heap, (size_t)(q - heap->queues), now ? now : &fw_page_empty);
+}
+
+static void fw_pq_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
+  fw_page_t *old = q->first;
+  page->prev = NULL;
+  page->next = old;
+  if (old) old->prev = page; else q->last = page;
+  q->first = page;
+  if (q != &heap->full) fw_pq_head_moved(heap, q, old);
+}
+
+void fw_page_queue_push(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
+  fw_page_t *old = q->first;
+  page->next = NULL;
+  page->prev = q->last;
+  if (q->last) q->last->next = page; else q->first = page;
+  q->last = page;
+  if (q != &heap->full) fw_pq_head_moved(heap, q, old);
+}
+
+void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
+  fw_page_t *old = q->first;
+  if (page->prev) page->prev->next = page->next; else q->first = page->next;
+  if (page->next) page->next->prev = page->prev; else q->last = page->prev;
+  page->next = page->prev = NULL;
+  if (q != &heap->full) fw_pq_head_moved(heap, q, old);
+}
+
+void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size) {
+  size_t span = page->block_size;  /* set by the segment: bytes available */
+  page->cls = (uint16_t)cls;
+  page->block_size = block_size;
+  page->capacity = 0;
+  page->reserved = (uint32_t)(span / block_size);
+  page->free = NULL;
+  page->used = 0;
+  atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
+  atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
+}
+
+/* Carves more never-used blocks into the free list, a few pages' worth at a
+ * time so that a fresh page is not touched all at once. */
+static void fw_page_extend(fw_page_t *page) {
+  size_t bs = page->block_size;
+  size_t n = page->reserved - page->capacity;
+  size_t max = 16384 / bs;
+  if (max < 4) max = 4;
+  if (n > max) n = max;
+  uint8_t *start = page->area + (size_t)page->capacity * bs;
+  uint8_t *p = start;
+  for (size_t i = 1; i < n; i++, p += bs) ((fw_block_t *)p)->next = (fw_block_t *)(p + bs);
+  ((fw_block_t *)p)->next = page->free;
+  page->free = (fw_block_t *)start;
+  page->capacity += (uint32_t)n;
+}
+
+void fw_page_collect(fw_page_t *page) {
+  uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+  if ((x & ~FW_XFREE_DELAYED) == 0) return;
+  while (!atomic_compare_exchange_weak_explicit(&page->xfree, &x, x & FW_XFREE_DELAYED,
+                                                memory_order_acq_rel, memory_order_relaxed)) {
+  }
+  fw_block_t *list = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+  if (!list) return;
+  uint32_t n = 1;
+  fw_block_t *tail = list;
+  while (tail->next) { tail = tail->next; n++; }
+  tail->next = page->free;
+  page->free = list;
+  page->used -= n;
+}
+
+/* Marks a page (not in any list) full: remote frees now go to the heap. If
+ * one slipped in first, the page is not full after all: returns false. */
+static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
+  uintptr_t expected = 0;
+  if (!atomic_compare_exchange_strong_explicit(&page->xfree, &expected, FW_XFREE_DELAYED,
+                                               memory_order_acq_rel, memory_order_relaxed))
+    return false;
+  page->flags |= FW_PF_FULL;
+  fw_page_queue_push(heap, &heap->full, page);
+  return true;
+}
+
+void fw_page_to_full(fw_heap_t *heap, fw_page_t *page) {
+  while (!fw_page_mark_full(heap, page)) {
+    fw_page_collect(page);
+    if (page->free) {
+      fw_page_queue_push(heap, &heap->queues[page->cls], page);
+      return;
+    }
+  }
+}
+
+static void fw_page_clear_delayed(fw_page_t *page) {
+  atomic_fetch_and_explicit(&page->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
+}
+
+void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
+  fw_page_queue_remove(heap, &heap->full, page);
+  page->flags &= (uint8_t)~FW_PF_FULL;
+  fw_page_clear_delayed(page);
+  fw_page_queue_push(heap, &heap->queues[page->cls], page);
+}
+
+/* The page has no live block left (and is not a queue head): give it back. */
+void fw_page_retire(fw_heap_t *heap, fw_page_t *page) {
+  if (page->flags & FW_PF_FULL) {
+    fw_page_queue_remove(heap, &heap->full, page);
+    fw_page_clear_delayed(page);
+  } else {
+    fw_page_queue_remove(heap, &heap->queues[page->cls], page);
+  }
+  fw_page_collect(page);
+  fw_segment_page_free(heap->tld, page);
+}
+
+/* Takes a page of an adopted segment into heap. */
+void fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
+  atomic_store_explicit(&page->heap, heap, memory_order_release);
+  page->flags &= (uint8_t)(FW_PF_CHECKED | FW_PF_ALIGNED);
+  page->next = page->prev = NULL;
+  fw_page_collect(page);
+  if (page->used == 0) {
+    fw_segment_page_free(heap->tld, page);
+    return;
+  }
+  if (page->kind != FW_KIND_LARGE && (page->free || page->capacity < page->reserved)) {
+    fw_page_queue_push(heap, &heap->queues[page->cls], page);
+    return;
+  }
+  if (page->kind == FW_KIND_LARGE) page->cls = FW_CLASS_LARGE;
+  fw_page_to_full(heap, page);
+}
+
+fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
+  fw_page_queue_t *q = &heap->queues[cls];
+  fw_page_t *page = q->first;
+  while (page) {
+    if (!page->free) {
+      fw_page_collect(page);
+      if (!page->free && page->capacity < page->reserved) fw_page_extend(page);
+    }
+    if (page->free) {
+      if (page != q->first) {
+        fw_page_queue_remove(heap, q, page);
+        fw_pq_push_front(heap, q, page);
+      }
+      return page;
+    }
+    fw_page_t *next = page->next;
+    fw_page_queue_remove(heap, q, page);
+    fw_page_to_full(heap, page);
+    if (page->free) {  /* a remote free arrived in the meantime */
+      if (q->first != page) {
+        fw_page_queue_remove(heap, q, page);
+        fw_pq_push_front(heap, q, page);
+      }
+      return page;
+    }
+    page = next;
+  }
+  size_t bs = fw_class_size[cls];
+  page = fw_segment_page_alloc(heap, bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM);
+  if (!page) return NULL;
+  fw_page_init(page, heap, cls, bs);
+  fw_page_extend(page);
+  fw_pq_push_front(heap, q, page);
+  return page;
+}
+
+fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p) {
+  if (page->kind == FW_KIND_LARGE) return (fw_block_t *)page->area;
+  size_t off = (size_t)((const uint8_t *)p - page->area);
+  return (fw_block_t *)(page->area + off - off % page->block_size);
+}
+
+size_t fw_page_usable(const fw_page_t *page, const void *p) {
+  const uint8_t *b = (const uint8_t *)fw_page_block_start(page, p);
+  return page->block_size - (size_t)((const uint8_t *)p - b);
+}

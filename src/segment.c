@@ -1,0 +1,309 @@
+/* segment.c — segments: FW_SEGMENT_SIZE-aligned memory owned by one thread,
+ * split into pages of one kind (64 small pages of 64 KiB, 8 medium pages of
+ * 512 KiB, or one large page holding a single block). The header at the start
+ * holds every page descriptor, so a pointer's page is found by masking.
+ * Free pages stay "dirty" for FREEWAY_PURGE_DELAY ms, then their memory goes
+ * back to the OS. When a thread exits its segments are abandoned on a global
+ * list and adopted by the next thread that needs a segment.
+ * See alloc.c for the whole design. */
+#define _GNU_SOURCE
+#include "internal.h"
+#include <pthread.h>
+#include <string.h>
+
+uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
+
+static pthread_mutex_t fw_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static fw_segment_t *fw_abandoned;          /* guarded by fw_abandoned_lock */
+static _Atomic(size_t) fw_abandoned_count;  /* read without the lock as a hint */
+
+static size_t fw_slot_bytes(const fw_segment_t *seg) {
+  return (size_t)seg->page_slices * FW_SLICE_SIZE;
+}
+
+/* The usable memory of page slot i (slot 0 starts after the header). */
+static uint8_t *fw_slot_area(fw_segment_t *seg, size_t i, size_t *size) {
+  uint8_t *start = (uint8_t *)seg + i * fw_slot_bytes(seg);
+  size_t n = fw_slot_bytes(seg);
+  if (i == 0) { start += FW_SEGMENT_HEADER; n -= FW_SEGMENT_HEADER; }
+  *size = n;
+  return start;
+}
+
+static void fw_tld_link_free(fw_tld_t *tld, fw_segment_t *seg) {
+  if (seg->in_free_list) return;
+  seg->in_free_list = 1;
+  fw_segment_t **head = &tld->segments_free[seg->kind];
+  seg->fprev = NULL;
+  seg->fnext = *head;
+  if (*head) (*head)->fprev = seg;
+  *head = seg;
+}
+
+static void fw_tld_unlink_free(fw_tld_t *tld, fw_segment_t *seg) {
+  if (!seg->in_free_list) return;
+  seg->in_free_list = 0;
+  if (seg->fprev) seg->fprev->fnext = seg->fnext;
+  else tld->segments_free[seg->kind] = seg->fnext;
+  if (seg->fnext) seg->fnext->fprev = seg->fprev;
+  seg->fnext = seg->fprev = NULL;
+}
+
+static void fw_tld_link(fw_tld_t *tld, fw_segment_t *seg) {
+  seg->tld = tld;
+  seg->prev = NULL;
+  seg->next = tld->segments;
+  if (tld->segments) tld->segments->prev = seg;
+  tld->segments = seg;
+}
+
+static void fw_tld_unlink(fw_tld_t *tld, fw_segment_t *seg) {
+  if (seg->prev) seg->prev->next = seg->next;
+  else tld->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->next = seg->prev = NULL;
+  fw_tld_unlink_free(tld, seg);
+}
+
+static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool *is_zero) {
+  fw_arena_t *arena = NULL;
+  uint32_t chunk = 0;
+  uint8_t *mem;
+  if (chunks <= FW_ARENA_MAX_CHUNKS) {
+    mem = fw_arena_alloc(chunks, &arena, &chunk, is_zero);
+  } else {
+    if (chunks > SIZE_MAX / FW_SEGMENT_SIZE) return NULL;
+    mem = fw_os_map(chunks * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE);
+    *is_zero = true;
+    if (mem) {
+      fw_stat_add(reserved, chunks * FW_SEGMENT_SIZE);
+      fw_stat_add(committed, chunks * FW_SEGMENT_SIZE);
+      fw_stat_add(huge, 1);
+    }
+  }
+  if (!mem) return NULL;
+  fw_segment_t *seg = (fw_segment_t *)mem;
+  /* Only the header part is written: a reused chunk keeps stale page
+   * descriptors, which are all rewritten below before anyone reads them. */
+  memset(seg, 0, offsetof(fw_segment_t, pages));
+  seg->kind = (uint8_t)kind;
+  seg->direct = arena == NULL;
+  seg->arena = arena;
+  seg->chunk = chunk;
+  seg->chunks = (uint32_t)chunks;
+  seg->size = chunks * FW_SEGMENT_SIZE;
+  seg->cookie = fw_segment_cookie(seg);
+  if (kind == FW_KIND_LARGE) {
+    seg->page_slices = FW_SLICES;
+    seg->pages_total = 1;
+  } else {
+    seg->page_slices = kind == FW_KIND_SMALL ? 1 : FW_MEDIUM_PAGE_SLICES;
+    seg->pages_total = FW_SLICES / seg->page_slices;
+    seg->free_mask = seg->pages_total == 64 ? ~(uint64_t)0 : (((uint64_t)1 << seg->pages_total) - 1);
+    seg->dirty_mask = *is_zero ? 0 : seg->free_mask;
+    uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
+    for (size_t i = 0; i < FW_SLICES; i++) {
+      fw_page_t *pg = &seg->pages[i];
+      size_t off = i % seg->page_slices;
+      pg->slice_offset = (uint32_t)off;
+      pg->flags = off ? (uint8_t)(FW_PF_REDIRECT | pf) : FW_PF_UNUSED;
+    }
+  }
+  atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
+  fw_tld_link(tld, seg);
+  fw_stat_add(segments, 1);
+  return seg;
+}
+
+static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) {
+  fw_tld_unlink(tld, seg);
+  fw_stat_sub(segments, 1);
+  seg->cookie = 0;
+  atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+  if (seg->direct) {
+    fw_stat_sub(reserved, seg->size);
+    fw_stat_sub(committed, seg->size);
+    fw_stat_sub(huge, 1);
+    fw_os_unmap(seg, seg->size);
+  } else {
+    fw_arena_free(seg->arena, seg->chunk, seg->chunks);
+  }
+}
+
+static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
+  fw_page_t *pg = &seg->pages[slot * seg->page_slices];
+  size_t size;
+  memset(pg, 0, sizeof *pg);
+  pg->area = fw_slot_area(seg, slot, &size);
+  pg->block_size = size;  /* the page's span until fw_page_init sets the class */
+  pg->slices = seg->page_slices;
+  pg->kind = seg->kind;
+  pg->is_zero = is_zero;
+  if (fw_opt(CAUTIOUS)) pg->flags = FW_PF_CHECKED;
+}
+
+fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
+  fw_tld_t *tld = heap->tld;
+  fw_segment_t *seg = tld->segments_free[kind];
+  if (!seg) {
+    bool is_zero;
+    seg = fw_segment_new(tld, kind, 1, &is_zero);
+    if (!seg) return NULL;
+    fw_tld_link_free(tld, seg);
+  }
+  uint64_t warm = seg->free_mask & seg->dirty_mask;
+  size_t slot = (size_t)__builtin_ctzll(warm ? warm : seg->free_mask);
+  uint64_t bit = (uint64_t)1 << slot;
+  bool is_zero = !(seg->dirty_mask & bit);
+  if (is_zero && !seg->direct) {
+    /* a purged slot becomes committed again as it is touched */
+    fw_stat_add(committed, fw_slot_bytes(seg));
+  }
+  seg->free_mask &= ~bit;
+  seg->dirty_mask &= ~bit;
+  seg->pages_used++;
+  if (!seg->free_mask) fw_tld_unlink_free(tld, seg);
+  fw_page_slot_setup(seg, slot, is_zero);
+  return &seg->pages[slot * seg->page_slices];
+}
+
+fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
+  if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
+  size_t offset = fw_align_up(FW_SEGMENT_HEADER, align);
+  if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE) return NULL;
+  size_t chunks = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
+  bool is_zero;
+  fw_segment_t *seg = fw_segment_new(heap->tld, FW_KIND_LARGE, chunks, &is_zero);
+  if (!seg) return NULL;
+  seg->pages_used = 1;
+  fw_page_t *pg = &seg->pages[0];
+  memset(pg, 0, sizeof *pg);
+  pg->kind = FW_KIND_LARGE;
+  pg->slices = FW_SLICES;
+  pg->area = (uint8_t *)seg + offset;
+  pg->block_size = seg->size - offset;
+  pg->requested = size;
+  pg->is_zero = is_zero;
+  if (fw_opt(CAUTIOUS)) pg->flags = FW_PF_CHECKED;
+  fw_page_t *sl = fw_ptr_slice(seg, pg->area);
+  if (sl != pg) {
+    /* the block starts beyond the first slice: make that slice point back */
+    sl->flags = FW_PF_REDIRECT;
+    sl->slice_offset = (uint32_t)(sl - pg);
+  }
+  return pg;
+}
+
+static void fw_slot_purge(fw_segment_t *seg, size_t slot) {
+  size_t size;
+  uint8_t *area = fw_slot_area(seg, slot, &size);
+  fw_os_purge(area, size);
+  fw_stat_add(purged, size);
+  fw_stat_sub(committed, fw_slot_bytes(seg));
+}
+
+void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
+  fw_segment_t *seg = fw_page_segment(page);
+  atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
+  atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
+  page->free = NULL;
+  page->used = 0;
+  page->flags = FW_PF_UNUSED;
+  seg->pages_used--;
+  if (seg->kind == FW_KIND_LARGE || seg->pages_used == 0) {
+    fw_segment_free(tld, seg);
+    return;
+  }
+  size_t slot = (size_t)(page - seg->pages) / seg->page_slices;
+  uint64_t bit = (uint64_t)1 << slot;
+  seg->free_mask |= bit;
+  fw_tld_link_free(tld, seg);
+  long delay = fw_opt(PURGE_DELAY);
+  if (delay == 0) {
+    fw_slot_purge(seg, slot);
+    return;
+  }
+  seg->dirty_mask |= bit;
+  if (delay > 0 && !seg->purge_due) {
+    seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
+    if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
+  }
+}
+
+void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
+  uint64_t next = 0;
+  for (fw_segment_t *seg = tld->segments; seg; seg = seg->next) {
+    uint64_t dirty = seg->dirty_mask & seg->free_mask;
+    if (!dirty) continue;
+    if (!force && seg->purge_due > now) {
+      if (!next || seg->purge_due < next) next = seg->purge_due;
+      continue;
+    }
+    for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
+    seg->dirty_mask &= ~dirty;
+    seg->purge_due = 0;
+  }
+  tld->purge_due = next;
+}
+
+/* ---- abandoning and reclaiming ------------------------------------------ */
+
+/* Called at thread exit after every heap of the thread has folded in its
+ * delayed frees and dropped its empty pages: what is left has live blocks. */
+void fw_segments_abandon(fw_tld_t *tld) {
+  fw_segment_t *seg = tld->segments;
+  while (seg) {
+    fw_segment_t *next = seg->next;
+    if (seg->pages_used == 0) {
+      fw_segment_free(tld, seg);
+    } else {
+      fw_tld_unlink(tld, seg);
+      for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
+        fw_page_t *pg = &seg->pages[i];
+        if (pg->flags & FW_PF_UNUSED) continue;
+        atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
+        pg->next = pg->prev = NULL;
+      }
+      seg->tld = NULL;
+      atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
+      pthread_mutex_lock(&fw_abandoned_lock);
+      seg->anext = fw_abandoned;
+      fw_abandoned = seg;
+      pthread_mutex_unlock(&fw_abandoned_lock);
+      atomic_fetch_add_explicit(&fw_abandoned_count, 1, memory_order_relaxed);
+      fw_stat_add(abandoned, 1);
+    }
+    seg = next;
+  }
+}
+
+/* Adopts one abandoned segment into heap. Never waits: if another thread
+ * holds the list, the caller maps a new segment instead. */
+bool fw_segment_reclaim_one(fw_heap_t *heap) {
+  if (!fw_opt(RECLAIM) || atomic_load_explicit(&fw_abandoned_count, memory_order_relaxed) == 0) return false;
+  if (pthread_mutex_trylock(&fw_abandoned_lock) != 0) return false;
+  fw_segment_t *seg = fw_abandoned;
+  if (seg) fw_abandoned = seg->anext;
+  pthread_mutex_unlock(&fw_abandoned_lock);
+  if (!seg) return false;
+  atomic_fetch_sub_explicit(&fw_abandoned_count, 1, memory_order_relaxed);
+  fw_stat_sub(abandoned, 1);
+  fw_tld_t *tld = heap->tld;
+  seg->anext = NULL;
+  atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
+  fw_tld_link(tld, seg);
+  if (seg->free_mask) fw_tld_link_free(tld, seg);
+  for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
+    fw_page_t *pg = &seg->pages[i];
+    if (pg->flags & FW_PF_UNUSED) continue;
+    bool last = seg->pages_used == 1;
+    fw_page_adopt(heap, pg);  /* may free the page, and with the last one the segment */
+    if (last && pg->used == 0) break;
+    if (seg->kind == FW_KIND_LARGE) break;
+  }
+  return true;
+}
+
+void fw_segment_fork_prepare(void) { pthread_mutex_lock(&fw_abandoned_lock); }
+void fw_segment_fork_parent(void) { pthread_mutex_unlock(&fw_abandoned_lock); }
+void fw_segment_fork_child(void) { pthread_mutex_init(&fw_abandoned_lock, NULL); }

@@ -1,0 +1,81 @@
+/* stats.c — process-wide counters (stats.def), the report, and the message
+ * printer used for warnings and cautious-mode errors. Counters are relaxed
+ * atomics touched only on slow paths. */
+#include "internal.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FW_STAT(name) _Atomic(size_t) fw_stat_##name;
+#include "stats.def"
+#undef FW_STAT
+
+int fw_snprintf(char *buf, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(buf, n, fmt, ap);
+  va_end(ap);
+  if (r < 0) r = 0;
+  if ((size_t)r >= n) r = n ? (int)n - 1 : 0;
+  return r;
+}
+
+void fw_message(const char *fmt, ...) {
+  char buf[512];
+  memcpy(buf, "freeway: ", 9);
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(buf + 9, sizeof buf - 9, fmt, ap);
+  va_end(ap);
+  if (r < 0) return;
+  size_t n = 9 + ((size_t)r < sizeof buf - 9 ? (size_t)r : sizeof buf - 10);
+  fw_os_write(2, buf, n);
+}
+
+#define LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
+
+int fw_stats_get(fw_stats_t *out) {
+  if (!out || out->size < sizeof(size_t) * 2) { errno = EINVAL; return -1; }
+  fw_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  s.version = FREEWAY_VERSION;
+  s.bytes_reserved = LOAD(reserved);
+  s.bytes_committed = LOAD(committed);
+  s.bytes_purged = LOAD(purged);
+  s.segments = LOAD(segments);
+  s.segments_abandoned = LOAD(abandoned);
+  s.threads = LOAD(threads);
+  s.threads_total = LOAD(threads_total);
+  s.heaps = LOAD(heaps);
+  s.huge_allocs = LOAD(huge);
+  size_t n = out->size < sizeof s ? out->size : sizeof s;
+  memcpy(out, &s, n);
+  out->size = n;
+  return 0;
+}
+
+FW_HIDDEN void fw_options_print(int fd);
+
+void fw_stats_print(int fd) {
+  char buf[1024];
+  int n = fw_snprintf(buf, sizeof buf,
+      "freeway %s statistics\n"
+      "  reserved   %12zu bytes\n"
+      "  committed  %12zu bytes (upper bound of resident memory)\n"
+      "  purged     %12zu bytes returned to the OS so far\n"
+      "  segments   %12zu live, %zu abandoned\n"
+      "  threads    %12zu live, %zu ever\n"
+      "  heaps      %12zu\n"
+      "  huge       %12zu blocks in own mappings\n",
+      fw_version_string(), LOAD(reserved), LOAD(committed), LOAD(purged), LOAD(segments),
+      LOAD(abandoned), LOAD(threads), LOAD(threads_total), LOAD(heaps), LOAD(huge));
+  fw_os_write(fd, buf, (size_t)n);
+  fw_options_print(fd);
+}
+
+const char *fw_version_string(void) {
+#define FW_STR2(x) #x
+#define FW_STR(x) FW_STR2(x)
+  return FW_STR(FREEWAY_VERSION_MAJOR) "." FW_STR(FREEWAY_VERSION_MINOR) "." FW_STR(FREEWAY_VERSION_PATCH);
+}
