@@ -90,7 +90,7 @@ static void *fw_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   page->capacity = page->reserved = 1;
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, FW_XFREE_DELAYED, memory_order_relaxed);
-  page->flags |= FW_PF_FULL;
+  fw_page_flags_set(page, page->flags | FW_PF_FULL);
   fw_page_queue_push(heap, &heap->full, page);
   return page->area;
 }
@@ -123,6 +123,8 @@ void *fw_malloc_generic(fw_heap_t *heap, size_t size) {
   return fw_malloc_plain(heap, size);
 }
 
+void *fw_malloc_slow(size_t size, fw_heap_t *heap) { return fw_malloc_generic(heap, size); }
+
 void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
   void *p = fw_heap_malloc_fast(heap, size);
   if (zero && p) {
@@ -148,7 +150,10 @@ void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align) {
     uint8_t *p = (uint8_t *)fw_align_up((uintptr_t)b, align);
     /* Medium pages: p may sit in a later slice, whose redirect descriptor
      * already sends every free to the slow path. */
-    if (p != b) fw_ptr_page(b)->flags |= FW_PF_ALIGNED;
+    if (p != b) {
+      fw_page_t *page = fw_ptr_page(b);
+      fw_page_flags_set(page, page->flags | FW_PF_ALIGNED);
+    }
     return p;
   }
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);

@@ -99,7 +99,7 @@ static void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
     while (q->first) {
       fw_page_t *pg = q->first;
       fw_page_queue_remove(heap, q, pg);
-      pg->flags &= (uint8_t)~FW_PF_FULL;
+      fw_page_flags_set(pg, pg->flags & ~FW_PF_FULL);
       if (destroy) {
         fw_segment_page_free(heap->tld, pg);
         continue;

@@ -74,6 +74,8 @@ struct fw_page_s {
   uint8_t flags;             /* FW_PF_*: zero on the fast path */
   uint8_t kind;              /* FW_KIND_* */
   uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
+  uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
+                                free fast path's single test */
   size_t block_size;
   uint32_t capacity;         /* blocks carved into the free list so far */
   uint32_t reserved;         /* blocks that fit */
@@ -85,7 +87,7 @@ struct fw_page_s {
   fw_page_t *next, *prev;    /* class queue or full list */
   size_t requested;          /* LARGE: the size asked for (usable size) */
   uint8_t is_zero;           /* LARGE: block memory known to be zero */
-  uint8_t pad_[128 - 89];
+  uint8_t pad_[128 - 97];
 };
 _Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page descriptor size");
 
@@ -186,6 +188,13 @@ FW_INLINE fw_segment_t *fw_page_segment(const fw_page_t *pg) {
   return fw_ptr_segment(pg);
 }
 
+/* Every change of a page's flags or owner goes through here, keeping the
+ * fast path's tag in step. */
+FW_INLINE void fw_page_flags_set(fw_page_t *pg, unsigned flags) {
+  pg->flags = (uint8_t)flags;
+  pg->tag = flags ? 0 : atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed);
+}
+
 FW_INLINE size_t fw_size_class(size_t size) {
   if (size <= 128) return size <= 8 ? 1 : (size + 7) >> 3;
   size_t s = size - 1;
@@ -277,6 +286,9 @@ FW_HIDDEN void fw_heap_struct_free(fw_heap_t *heap);
 
 /* ---- alloc.c ---------------------------------------------------------- */
 FW_HIDDEN void *fw_malloc_generic(fw_heap_t *heap, size_t size);
+/* The same with the arguments swapped: keeps size in the first argument
+ * register on the malloc fast path, so the tail call needs no move. */
+FW_HIDDEN void *fw_malloc_slow(size_t size, fw_heap_t *heap);
 FW_HIDDEN void *fw_malloc_plain(fw_heap_t *heap, size_t size);
 FW_HIDDEN void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align);
 FW_HIDDEN void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero);

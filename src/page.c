@@ -15,20 +15,18 @@ fw_page_t fw_page_empty;
 
 /* direct[] slots per class: class c serves slots fw_direct_first[c] .. up to
  * the first slot of class c+1. Filled at start-up from fw_size_class(). */
-static uint8_t fw_direct_first[FW_CLASS_COUNT + 1];
+static uint16_t fw_direct_first[FW_CLASS_COUNT + 1];
 static uint8_t fw_direct_cls[FW_DIRECT_SLOTS];
 
 FW_HIDDEN void fw_page_tables_init(void);
 void fw_page_tables_init(void) {
-  for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) {
-    size_t cls = fw_size_class(w * 8);
-    fw_direct_cls[w] = (uint8_t)cls;
-  }
-  for (size_t w = FW_DIRECT_SLOTS; w-- > 0;) fw_direct_first[fw_direct_cls[w]] = (uint8_t)w;
+  for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) fw_direct_cls[w] = (uint8_t)fw_size_class(w);
+  for (size_t w = FW_DIRECT_SLOTS; w-- > 0;) fw_direct_first[fw_direct_cls[w]] = (uint16_t)w;
 }
 
 static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
-  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1]) return;
+  /* cautious mode keeps every slot empty so that all calls are checked */
+  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS)) return;
   for (size_t w = fw_direct_first[cls]; w < FW_DIRECT_SLOTS && fw_direct_cls[w] == cls; w++)
     heap->direct[w] = page;
 }
@@ -119,7 +117,7 @@ static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
   if (!atomic_compare_exchange_strong_explicit(&page->xfree, &expected, FW_XFREE_DELAYED,
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
-  page->flags |= FW_PF_FULL;
+  fw_page_flags_set(page, page->flags | FW_PF_FULL);
   fw_page_queue_push(heap, &heap->full, page);
   return true;
 }
@@ -140,7 +138,7 @@ static void fw_page_clear_delayed(fw_page_t *page) {
 
 void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
   fw_page_queue_remove(heap, &heap->full, page);
-  page->flags &= (uint8_t)~FW_PF_FULL;
+  fw_page_flags_set(page, page->flags & ~FW_PF_FULL);
   fw_page_clear_delayed(page);
   fw_page_queue_push(heap, &heap->queues[page->cls], page);
 }
@@ -160,7 +158,7 @@ void fw_page_retire(fw_heap_t *heap, fw_page_t *page) {
 /* Takes a page of an adopted segment into heap. */
 void fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   atomic_store_explicit(&page->heap, heap, memory_order_release);
-  page->flags &= (uint8_t)(FW_PF_CHECKED | FW_PF_ALIGNED);
+  fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED));
   page->next = page->prev = NULL;
   fw_page_collect(page);
   if (page->used == 0) {

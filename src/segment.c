@@ -107,6 +107,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
       size_t off = i % seg->page_slices;
       pg->slice_offset = (uint32_t)off;
       pg->flags = off ? (uint8_t)(FW_PF_REDIRECT | pf) : FW_PF_UNUSED;
+      pg->tag = 0;
     }
   }
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
@@ -139,7 +140,7 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   pg->slices = seg->page_slices;
   pg->kind = seg->kind;
   pg->is_zero = is_zero;
-  if (fw_opt(CAUTIOUS)) pg->flags = FW_PF_CHECKED;
+  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
 }
 
 fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
@@ -184,11 +185,12 @@ fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
   pg->block_size = seg->size - offset;
   pg->requested = size;
   pg->is_zero = is_zero;
-  if (fw_opt(CAUTIOUS)) pg->flags = FW_PF_CHECKED;
+  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
   if (sl != pg) {
     /* the block starts beyond the first slice: make that slice point back */
     sl->flags = FW_PF_REDIRECT;
+    sl->tag = 0;
     sl->slice_offset = (uint32_t)(sl - pg);
   }
   return pg;
@@ -208,7 +210,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   page->free = NULL;
   page->used = 0;
-  page->flags = FW_PF_UNUSED;
+  fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;
   if (seg->kind == FW_KIND_LARGE || seg->pages_used == 0) {
     fw_segment_free(tld, seg);
@@ -263,6 +265,7 @@ void fw_segments_abandon(fw_tld_t *tld) {
         if (pg->flags & FW_PF_UNUSED) continue;
         atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
         pg->next = pg->prev = NULL;
+        pg->tag = 0;
       }
       seg->tld = NULL;
       atomic_store_explicit(&seg->thread_id, 0, memory_order_release);

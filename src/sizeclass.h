@@ -6,7 +6,7 @@
 #define FW_SMALL_MAX 8192
 #define FW_MEDIUM_MAX 131072
 #define FW_DIRECT_MAX 1024
-#define FW_DIRECT_SLOTS 129
+#define FW_DIRECT_SLOTS 1025   /* heap->direct[] is indexed by the size itself */
 
 /* class -> block size */
 static const uint32_t fw_class_size[FW_CLASS_COUNT] = {

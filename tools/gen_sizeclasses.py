@@ -40,7 +40,7 @@ def main():
     w("#define FW_SMALL_MAX %d" % SMALL_MAX)
     w("#define FW_MEDIUM_MAX %d" % MEDIUM_MAX)
     w("#define FW_DIRECT_MAX %d" % DIRECT_MAX)
-    w("#define FW_DIRECT_SLOTS %d" % (DIRECT_MAX // 8 + 1))
+    w("#define FW_DIRECT_SLOTS %d   /* heap->direct[] is indexed by the size itself */" % (DIRECT_MAX + 1))
     w("")
     w("/* class -> block size */")
     w("static const uint32_t fw_class_size[FW_CLASS_COUNT] = {")

@@ -1,0 +1,837 @@
+/* Object pools: fixed-size objects carved from slabs and recycled through
+ * per-thread caches and a few locked shards. The user's guide is docs/pools.md.
+ *
+ * Layout of a pool
+ * ----------------
+ * Memory comes in slabs obtained from the allocator itself with
+ * fw_malloc_aligned(slab_size, slab_size): 64 KiB (up to 1 MiB for large
+ * objects), aligned to their size so that masking an object's address finds
+ * the slab header (pool_slab_of). Objects are carved from the current slab by
+ * bumping a pointer, a batch at a time, and are never returned to a slab
+ * individually: a free object lives on a free list whose link is the object's
+ * first word. fw_pool_destroy releases every slab at once.
+ *
+ * The three tiers, fastest first
+ * ------------------------------
+ * 1. Thread cache. Each thread has an array of pool_cache_t indexed by pool
+ *    id (ids are recycled; the 64-bit generation stored in the entry tells a
+ *    live pool from a destroyed one that had the same id). An entry holds a
+ *    current list of at most `batch` objects plus one spare batch, so it keeps
+ *    about cache_limit objects. Alloc pops and free pushes the current list:
+ *    no atomics, no locks, one unlikely branch each.
+ * 2. Shards. When the current list runs dry (or overflows while a spare is
+ *    already held), the thread exchanges a whole batch with a shard: a small
+ *    spin-locked stack of batch descriptors {head, count}. Pushing or popping
+ *    a batch is O(1) under the lock; the lock is taken once per `batch`
+ *    objects. A thread's home shard is fixed at its first pool use
+ *    (round-robin), and a thread that finds its home shard empty looks at the
+ *    others before growing the pool, so memory freed by one thread is reused
+ *    by another.
+ * 3. Slabs. Only when every shard is empty is a batch carved from the
+ *    current slab, or a new slab obtained (under the pool's grow lock).
+ *
+ * Statistics
+ * ----------
+ * Each cache entry counts net = allocs - frees of its thread since the last
+ * fold, and net_max, the highest net in that interval (plain loads and
+ * stores by the owner, published with relaxed atomics). A fold (at every
+ * batch exchange and at thread exit) adds net to the pool's atomic `live` and
+ * raises `peak` to live_before + net_max. fw_pool_stats adds the unfolded
+ * counts of every thread. So objects_live is exact whenever no thread is
+ * inside a pool call; objects_peak is exact when one thread at a time uses
+ * the pool and otherwise an estimate at batch granularity (never below any
+ * objects_live that was observable).
+ *
+ * Thread exit and destruction
+ * ---------------------------
+ * A pthread key destructor flushes the exiting thread's entries back into
+ * their pools' shards, checking under the registry lock that each pool is
+ * still the one the entry was made for. fw_pool_destroy unregisters the pool
+ * under the same lock before releasing its memory, so an exiting thread never
+ * touches a destroyed pool; objects still cached by other threads are simply
+ * forgotten (their entries fail the generation check).
+ *
+ * Locks, outermost first: pool_reg_lock, a pool's grow_lock, a shard's lock.
+ * None of them is held while calling into the allocator, so the allocator's
+ * own fork handlers and locks never nest inside ours.
+ */
+#define _GNU_SOURCE
+#include "freeway.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL_LINE 64
+#define POOL_SLAB_MIN ((size_t)64 << 10)
+#define POOL_SLAB_MAX ((size_t)1 << 20)
+#define POOL_SLAB_TARGET 8 /* objects a slab should hold at least */
+#define POOL_MAX_OBJECT ((size_t)256 << 10)
+#define POOL_MAX_ALIGN ((size_t)64 << 10)
+#define POOL_MAX_SHARDS 256u
+#define POOL_MAX_CACHE 65536u
+#define POOL_CACHE_BYTES ((size_t)256 << 10) /* default cache budget per thread and pool */
+#define POOL_CACHE_DEFAULT_MAX 128u
+#define POOL_CACHE_DEFAULT_MIN 4u
+#define POOL_SHARD_INITIAL 16 /* batch descriptors a shard starts with */
+
+/* Checked mode: fw_pool_free verifies that the object belongs to the pool. */
+#ifndef FW_POOL_CHECKED
+#define FW_POOL_CHECKED 0
+#endif
+
+#define pool_likely(x) __builtin_expect(!!(x), 1)
+#define pool_unlikely(x) __builtin_expect(!!(x), 0)
+#define POOL_COLD __attribute__((noinline, cold))
+
+#define load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
+#define store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+
+/* ---- Spin lock --------------------------------------------------------- */
+/* Critical sections are a few stores, so spin briefly and then yield: with
+ * more threads than CPUs the holder may have been preempted. */
+typedef struct pool_lock_s {
+  atomic_int held;
+} pool_lock_t;
+
+static inline void pool_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static POOL_COLD void pool_lock_slow(pool_lock_t *l) {
+  for (unsigned spins = 0;; spins++) {
+    if (!load_relaxed(&l->held) && !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+      return;
+    if (spins < 64)
+      pool_cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+static inline void pool_lock(pool_lock_t *l) {
+  if (pool_likely(!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)))
+    return;
+  pool_lock_slow(l);
+}
+
+static inline void pool_unlock(pool_lock_t *l) {
+  atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
+/* ---- Types ------------------------------------------------------------- */
+typedef struct pool_slab_s {
+  struct pool_slab_s *next; /* the pool's slab list, guarded by grow_lock */
+  fw_pool_t *pool;
+} pool_slab_t;
+
+typedef struct pool_batch_s {
+  void *head; /* NULL-terminated list linked through each object's first word */
+  size_t count;
+} pool_batch_t;
+
+typedef struct pool_shard_s {
+  _Alignas(POOL_LINE) pool_lock_t lock;
+  atomic_size_t nbatches; /* written under lock; read without it as a hint */
+  size_t cap;             /* guarded by lock */
+  pool_batch_t *batches;  /* guarded by lock; a stack, top at nbatches - 1 */
+} pool_shard_t;
+
+struct fw_pool_s {
+  /* Read-only after creation; the fast paths read the first line only. */
+  uint32_t id;       /* index into every thread's cache array */
+  uint32_t shard_mask;
+  uint64_t gen;      /* unique for the life of the process, never 0 */
+  size_t batch;      /* objects in a full batch: half the cache limit */
+  size_t object_size;
+  bool zero;
+  size_t alignment;
+  size_t slab_size;
+  size_t slab_objects;
+  size_t first_offset; /* of the first object in a slab */
+  size_t cache_limit;
+
+  /* Growth, guarded by grow_lock. */
+  _Alignas(POOL_LINE) pool_lock_t grow_lock;
+  char *bump;          /* next object to carve from the current slab */
+  size_t bump_left;    /* objects left in the current slab */
+  pool_slab_t *slabs;
+  atomic_size_t nslabs; /* written under grow_lock, read by stats */
+
+  /* Folded statistics, updated once per batch. */
+  _Alignas(POOL_LINE) atomic_intptr_t live;
+  atomic_size_t peak;
+
+  pool_shard_t shards[]; /* shard_mask + 1 of them */
+};
+
+typedef struct pool_cache_s {
+  void *head;          /* current list; owner thread only */
+  void *spare;         /* a batch held in reserve; owner thread only */
+  size_t count;        /* objects on head */
+  size_t spare_count;  /* objects on spare */
+  atomic_uint_least64_t gen; /* pool generation the entry belongs to; 0: unused */
+  atomic_intptr_t net;       /* allocs - frees since the last fold */
+  atomic_intptr_t net_max;   /* highest net since the last fold */
+  uintptr_t pad_;            /* one entry per cache line */
+} pool_cache_t;
+
+typedef struct pool_thread_s {
+  uint32_t cap;          /* entries in caches; written by the owner under pool_reg_lock */
+  uint32_t shard;        /* home shard, before masking */
+  pool_cache_t *caches;  /* written by the owner under pool_reg_lock */
+  struct pool_thread_s *next, *prev; /* pool_threads list, guarded by pool_reg_lock */
+} pool_thread_t;
+
+/* ---- Process-wide state ------------------------------------------------ */
+static pthread_mutex_t pool_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static fw_pool_t **pool_reg;      /* live pools by id; guarded by pool_reg_lock */
+static uint32_t pool_reg_cap;     /* guarded by pool_reg_lock */
+static uint32_t pool_reg_hint;    /* no free id below it; guarded by pool_reg_lock */
+static uint64_t pool_reg_gen;     /* last generation handed out; guarded by pool_reg_lock */
+static pool_thread_t *pool_threads; /* threads with a cache array; guarded by pool_reg_lock */
+static atomic_uint pool_thread_seq;
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pool_key;
+static bool pool_key_ok;
+
+/* Sentinels: a thread that never used a pool has an empty cache array, so
+ * its first call falls into the slow path by the same compare that catches a
+ * pool id beyond the array. A thread past its exit flush points at the dead
+ * sentinel and works on the shards directly. */
+static pool_thread_t pool_thread_empty;
+static pool_thread_t pool_thread_dead;
+static _Thread_local pool_thread_t *pool_tls = &pool_thread_empty;
+
+/* ---- Small helpers ----------------------------------------------------- */
+static inline void **pool_link(void *p) { return (void **)p; }
+
+static inline size_t pool_round_up(size_t n, size_t align) {
+  return (n + align - 1) & ~(align - 1);
+}
+
+static inline bool pool_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+static size_t pool_pow2_at_least(size_t n) {
+  size_t p = 1;
+  while (p < n)
+    p <<= 1;
+  return p;
+}
+
+static inline pool_slab_t *pool_slab_of(const fw_pool_t *pool, const void *p) {
+  return (pool_slab_t *)((uintptr_t)p & ~(uintptr_t)(pool->slab_size - 1));
+}
+
+static POOL_COLD void pool_abort(const char *what, const void *p) {
+  char msg[160];
+  int n = snprintf(msg, sizeof msg, "freeway: fw_pool_free: %s (%p)\n", what, p);
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    (void)w;
+  }
+  abort();
+}
+
+/* Checked mode only: p must be an object boundary inside one of the pool's slabs. */
+static void pool_check_owner(const fw_pool_t *pool, const void *p) {
+  const pool_slab_t *slab = pool_slab_of(pool, p);
+  if (slab->pool != pool)
+    pool_abort("pointer does not belong to this pool", p);
+  size_t off = (size_t)((const char *)p - (const char *)slab);
+  if (off < pool->first_offset || (off - pool->first_offset) % pool->object_size != 0 ||
+      (off - pool->first_offset) / pool->object_size >= pool->slab_objects)
+    pool_abort("pointer is not the start of an object", p);
+}
+
+static void pool_peak_raise(fw_pool_t *pool, intptr_t v) {
+  if (v <= 0)
+    return;
+  size_t cur = load_relaxed(&pool->peak);
+  while ((size_t)v > cur &&
+         !atomic_compare_exchange_weak_explicit(&pool->peak, &cur, (size_t)v,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+/* Moves a thread's unfolded counts into the pool's. Owner thread only. */
+static void pool_cache_fold(fw_pool_t *pool, pool_cache_t *c) {
+  intptr_t net = load_relaxed(&c->net), max = load_relaxed(&c->net_max);
+  if (net == 0 && max == 0)
+    return;
+  intptr_t before = atomic_fetch_add_explicit(&pool->live, net, memory_order_relaxed);
+  pool_peak_raise(pool, before + max);
+  store_relaxed(&c->net, 0);
+  store_relaxed(&c->net_max, 0);
+}
+
+/* ---- Shards ------------------------------------------------------------ */
+/* Pushes a batch. With may_grow false (thread exit, under pool_reg_lock) the
+ * descriptor array is never reallocated: a full array gets the batch spliced
+ * onto its top entry instead. */
+static void pool_shard_push(pool_shard_t *s, void *head, size_t count, bool may_grow) {
+  pool_batch_t *grown = NULL; /* a larger array obtained outside the lock */
+  size_t grown_cap = 0;
+  for (;;) {
+    pool_lock(&s->lock);
+    size_t n = load_relaxed(&s->nbatches);
+    if (n == s->cap && grown != NULL && grown_cap > s->cap) {
+      pool_batch_t *old = s->batches;
+      memcpy(grown, old, n * sizeof *grown);
+      s->batches = grown;
+      s->cap = grown_cap;
+      grown = old; /* freed below, outside the lock */
+    }
+    if (n < s->cap) {
+      s->batches[n].head = head;
+      s->batches[n].count = count;
+      store_relaxed(&s->nbatches, n + 1);
+      pool_unlock(&s->lock);
+      break;
+    }
+    if (!may_grow) {
+      /* Full and not growable: splice onto the top batch (O(count), rare). */
+      void *tail = head;
+      while (*pool_link(tail) != NULL)
+        tail = *pool_link(tail);
+      *pool_link(tail) = s->batches[n - 1].head;
+      s->batches[n - 1].head = head;
+      s->batches[n - 1].count += count;
+      pool_unlock(&s->lock);
+      break;
+    }
+    size_t want = 2 * s->cap;
+    pool_unlock(&s->lock);
+    fw_free(grown);
+    grown = fw_malloc(want * sizeof *grown);
+    grown_cap = want;
+    if (grown == NULL)
+      may_grow = false;
+  }
+  fw_free(grown);
+}
+
+static bool pool_shard_pop(pool_shard_t *s, pool_batch_t *out) {
+  if (load_relaxed(&s->nbatches) == 0)
+    return false;
+  pool_lock(&s->lock);
+  size_t n = load_relaxed(&s->nbatches);
+  if (n == 0) {
+    pool_unlock(&s->lock);
+    return false;
+  }
+  *out = s->batches[n - 1];
+  store_relaxed(&s->nbatches, n - 1);
+  pool_unlock(&s->lock);
+  return true;
+}
+
+/* ---- Slabs ------------------------------------------------------------- */
+/* Carves up to `want` objects from the current slab, taking a new slab when
+ * it is used up. The slab is obtained outside the grow lock. */
+static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
+  pool_slab_t *fresh = NULL;
+  char *start;
+  size_t n;
+  pool_lock(&pool->grow_lock);
+  while (pool->bump_left == 0) {
+    if (fresh != NULL) {
+      fresh->next = pool->slabs;
+      fresh->pool = pool;
+      pool->slabs = fresh;
+      store_relaxed(&pool->nslabs, load_relaxed(&pool->nslabs) + 1);
+      pool->bump = (char *)fresh + pool->first_offset;
+      pool->bump_left = pool->slab_objects;
+      fresh = NULL;
+      break;
+    }
+    pool_unlock(&pool->grow_lock);
+    fresh = fw_malloc_aligned(pool->slab_size, pool->slab_size);
+    if (fresh == NULL)
+      return false;
+    pool_lock(&pool->grow_lock);
+  }
+  n = pool->bump_left < want ? pool->bump_left : want;
+  start = pool->bump;
+  pool->bump += n * pool->object_size;
+  pool->bump_left -= n;
+  pool_unlock(&pool->grow_lock);
+  if (fresh != NULL) /* another thread added a slab while we obtained ours */
+    fw_free_aligned_sized(fresh, pool->slab_size, pool->slab_size);
+
+  size_t size = pool->object_size;
+  char *p = start;
+  for (size_t i = 1; i < n; i++, p += size)
+    *pool_link(p) = p + size;
+  *pool_link(p) = NULL;
+  out->head = start;
+  out->count = n;
+  return true;
+}
+
+/* A batch for a thread whose home shard is `home`: the home shard, then the
+ * other shards, then fresh objects. */
+static bool pool_refill(fw_pool_t *pool, uint32_t home, pool_batch_t *out) {
+  uint32_t mask = pool->shard_mask;
+  for (uint32_t i = 0; i <= mask; i++)
+    if (pool_shard_pop(&pool->shards[(home + i) & mask], out))
+      return true;
+  return pool_carve(pool, pool->batch, out);
+}
+
+/* ---- Thread caches ----------------------------------------------------- */
+static void pool_thread_exit(void *arg);
+
+static void pool_atfork_prepare(void) {
+  pthread_mutex_lock(&pool_reg_lock);
+  for (uint32_t id = 0; id < pool_reg_cap; id++) {
+    fw_pool_t *pool = pool_reg[id];
+    if (pool == NULL)
+      continue;
+    pool_lock(&pool->grow_lock);
+    for (uint32_t s = 0; s <= pool->shard_mask; s++)
+      pool_lock(&pool->shards[s].lock);
+  }
+}
+
+static void pool_atfork_release(void) {
+  for (uint32_t id = 0; id < pool_reg_cap; id++) {
+    fw_pool_t *pool = pool_reg[id];
+    if (pool == NULL)
+      continue;
+    for (uint32_t s = 0; s <= pool->shard_mask; s++)
+      pool_unlock(&pool->shards[s].lock);
+    pool_unlock(&pool->grow_lock);
+  }
+  pthread_mutex_unlock(&pool_reg_lock);
+}
+
+static void pool_init_once(void) {
+  pool_key_ok = pthread_key_create(&pool_key, pool_thread_exit) == 0;
+  pthread_atfork(pool_atfork_prepare, pool_atfork_release, pool_atfork_release);
+}
+
+static pool_thread_t *pool_thread_create(void) {
+  if (!pool_key_ok)
+    return NULL;
+  pool_thread_t *t = fw_calloc(1, sizeof *t);
+  if (t == NULL)
+    return NULL;
+  t->shard = atomic_fetch_add_explicit(&pool_thread_seq, 1, memory_order_relaxed);
+  if (pthread_setspecific(pool_key, t) != 0) {
+    fw_free(t);
+    return NULL;
+  }
+  pthread_mutex_lock(&pool_reg_lock);
+  t->next = pool_threads;
+  if (pool_threads != NULL)
+    pool_threads->prev = t;
+  pool_threads = t;
+  pthread_mutex_unlock(&pool_reg_lock);
+  pool_tls = t;
+  return t;
+}
+
+static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
+  uint32_t cap = t->cap ? t->cap : 8;
+  while (cap < need)
+    cap *= 2;
+  pool_cache_t *grown = fw_aligned_alloc(POOL_LINE, cap * sizeof *grown);
+  if (grown == NULL)
+    return false;
+  memset(grown, 0, cap * sizeof *grown);
+  pool_cache_t *old = t->caches;
+  pthread_mutex_lock(&pool_reg_lock);
+  if (t->cap)
+    memcpy(grown, old, t->cap * sizeof *grown);
+  t->caches = grown;
+  t->cap = cap;
+  pthread_mutex_unlock(&pool_reg_lock);
+  fw_free(old);
+  return true;
+}
+
+/* The calling thread's entry for pool, made ready; NULL if the thread cannot
+ * have one (it is exiting, or out of memory). */
+static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
+  pool_thread_t *t = pool_tls;
+  if (t == &pool_thread_dead)
+    return NULL;
+  if (t == &pool_thread_empty && (t = pool_thread_create()) == NULL)
+    return NULL;
+  if (pool->id >= t->cap && !pool_thread_grow(t, pool->id + 1))
+    return NULL;
+  pool_cache_t *c = &t->caches[pool->id];
+  if (load_relaxed(&c->gen) != pool->gen) {
+    /* Unused, or left by a destroyed pool: its objects are gone with it. */
+    c->head = c->spare = NULL;
+    c->count = c->spare_count = 0;
+    store_relaxed(&c->net, 0);
+    store_relaxed(&c->net_max, 0);
+    atomic_store_explicit(&c->gen, pool->gen, memory_order_release);
+  }
+  return c;
+}
+
+static uint32_t pool_home(void) {
+  pool_thread_t *t = pool_tls;
+  if (t == &pool_thread_empty || t == &pool_thread_dead)
+    return (uint32_t)((uintptr_t)&pool_tls >> 12);
+  return t->shard;
+}
+
+static void pool_thread_exit(void *arg) {
+  pool_thread_t *t = arg;
+  pool_tls = &pool_thread_dead; /* any later pool call works on the shards */
+  pthread_mutex_lock(&pool_reg_lock);
+  for (uint32_t id = 0; id < t->cap; id++) {
+    pool_cache_t *c = &t->caches[id];
+    uint64_t gen = load_relaxed(&c->gen);
+    fw_pool_t *pool = id < pool_reg_cap ? pool_reg[id] : NULL;
+    if (gen == 0 || pool == NULL || pool->gen != gen)
+      continue;
+    pool_cache_fold(pool, c);
+    pool_shard_t *home = &pool->shards[t->shard & pool->shard_mask];
+    if (c->head != NULL)
+      pool_shard_push(home, c->head, c->count, false);
+    if (c->spare != NULL)
+      pool_shard_push(home, c->spare, c->spare_count, false);
+    c->head = c->spare = NULL;
+    store_relaxed(&c->gen, 0);
+  }
+  if (t->prev != NULL)
+    t->prev->next = t->next;
+  else
+    pool_threads = t->next;
+  if (t->next != NULL)
+    t->next->prev = t->prev;
+  pthread_mutex_unlock(&pool_reg_lock);
+  fw_free(t->caches);
+  fw_free(t);
+}
+
+/* ---- Allocation and free ----------------------------------------------- */
+static inline void *pool_hand_out(const fw_pool_t *pool, void *p) {
+  if (pool->zero)
+    memset(p, 0, pool->object_size);
+  return p;
+}
+
+/* No cache (thread exiting or out of memory): one object straight from a shard. */
+static void *pool_alloc_direct(fw_pool_t *pool) {
+  uint32_t home = pool_home();
+  pool_batch_t b;
+  if (!pool_refill(pool, home, &b)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *p = b.head;
+  if (b.count > 1)
+    pool_shard_push(&pool->shards[home & pool->shard_mask], *pool_link(p), b.count - 1, true);
+  intptr_t before = atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
+  pool_peak_raise(pool, before + 1);
+  return pool_hand_out(pool, p);
+}
+
+static void pool_free_direct(fw_pool_t *pool, void *p) {
+  *pool_link(p) = NULL;
+  pool_shard_push(&pool->shards[pool_home() & pool->shard_mask], p, 1, true);
+  atomic_fetch_sub_explicit(&pool->live, 1, memory_order_relaxed);
+}
+
+static POOL_COLD void *pool_alloc_slow(fw_pool_t *pool) {
+  pool_cache_t *c = pool_cache_attach(pool);
+  if (c == NULL)
+    return pool_alloc_direct(pool);
+  if (c->head == NULL) {
+    if (c->spare != NULL) {
+      c->head = c->spare;
+      c->count = c->spare_count;
+      c->spare = NULL;
+      c->spare_count = 0;
+    } else {
+      pool_batch_t b;
+      pool_cache_fold(pool, c);
+      if (!pool_refill(pool, pool_tls->shard, &b)) {
+        errno = ENOMEM;
+        return NULL;
+      }
+      c->head = b.head;
+      c->count = b.count;
+    }
+  }
+  void *p = c->head;
+  c->head = *pool_link(p);
+  c->count--;
+  intptr_t net = load_relaxed(&c->net) + 1;
+  store_relaxed(&c->net, net);
+  if (net > load_relaxed(&c->net_max))
+    store_relaxed(&c->net_max, net);
+  return pool_hand_out(pool, p);
+}
+
+static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
+  pool_cache_t *c = pool_cache_attach(pool);
+  if (c == NULL) {
+    pool_free_direct(pool, p);
+    return;
+  }
+  if (c->count >= pool->batch) {
+    if (c->spare != NULL) {
+      pool_cache_fold(pool, c);
+      pool_shard_push(&pool->shards[pool_tls->shard & pool->shard_mask], c->spare,
+                      c->spare_count, true);
+    }
+    c->spare = c->head;
+    c->spare_count = c->count;
+    c->head = NULL;
+    c->count = 0;
+  }
+  *pool_link(p) = c->head;
+  c->head = p;
+  c->count++;
+  store_relaxed(&c->net, load_relaxed(&c->net) - 1);
+}
+
+/* Fast path preconditions: the thread has an entry for this pool id, the
+ * entry belongs to this pool (generation), and the current list is non-empty
+ * (alloc) or below a batch (free). Everything else is the slow path. */
+FW_API void *fw_pool_alloc(fw_pool_t *pool) {
+  pool_thread_t *t = pool_tls;
+  uint32_t id = pool->id;
+  if (pool_likely(id < t->cap)) {
+    pool_cache_t *c = &t->caches[id];
+    void *p = c->head;
+    if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen)) {
+      c->head = *pool_link(p);
+      c->count--;
+      intptr_t net = load_relaxed(&c->net) + 1;
+      store_relaxed(&c->net, net);
+      if (net > load_relaxed(&c->net_max))
+        store_relaxed(&c->net_max, net);
+      return pool_hand_out(pool, p);
+    }
+  }
+  return pool_alloc_slow(pool);
+}
+
+FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
+  if (p == NULL)
+    return;
+  if (FW_POOL_CHECKED)
+    pool_check_owner(pool, p);
+  pool_thread_t *t = pool_tls;
+  uint32_t id = pool->id;
+  if (pool_likely(id < t->cap)) {
+    pool_cache_t *c = &t->caches[id];
+    if (pool_likely(c->count < pool->batch && load_relaxed(&c->gen) == pool->gen)) {
+      *pool_link(p) = c->head;
+      c->head = p;
+      c->count++;
+      store_relaxed(&c->net, load_relaxed(&c->net) - 1);
+      return;
+    }
+  }
+  pool_free_slow(pool, p);
+}
+
+/* ---- Creation and destruction ------------------------------------------ */
+static unsigned pool_default_shards(void) {
+  long n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    n = CPU_COUNT(&set);
+  if (n <= 0)
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n <= 0)
+    n = 1;
+  return n > 64 ? 64u : (unsigned)n;
+}
+
+/* Registers pool under a free id and a new generation. */
+static bool pool_register(fw_pool_t *pool) {
+  fw_pool_t **old = NULL;
+  pthread_mutex_lock(&pool_reg_lock);
+  for (;;) {
+    uint32_t id = pool_reg_hint;
+    while (id < pool_reg_cap && pool_reg[id] != NULL)
+      id++;
+    if (id < pool_reg_cap) {
+      pool_reg[id] = pool;
+      pool_reg_hint = id + 1;
+      pool->id = id;
+      pool->gen = ++pool_reg_gen;
+      break;
+    }
+    uint32_t cap = pool_reg_cap;
+    pthread_mutex_unlock(&pool_reg_lock);
+    fw_free(old);
+    uint32_t want = cap ? 2 * cap : 16;
+    fw_pool_t **grown = want > cap ? fw_calloc(want, sizeof *grown) : NULL;
+    if (grown == NULL)
+      return false;
+    pthread_mutex_lock(&pool_reg_lock);
+    if (pool_reg_cap == cap) {
+      if (cap)
+        memcpy(grown, pool_reg, cap * sizeof *grown);
+      old = pool_reg;
+      pool_reg = grown;
+      pool_reg_cap = want;
+    } else {
+      old = grown;
+    }
+  }
+  pthread_mutex_unlock(&pool_reg_lock);
+  fw_free(old);
+  return true;
+}
+
+FW_API fw_pool_t *fw_pool_new(size_t object_size, size_t alignment, const fw_pool_options_t *options) {
+  fw_pool_options_t opt = {sizeof opt, 0, 0, false};
+  if (options != NULL) {
+    if (options->size < offsetof(fw_pool_options_t, shards) + sizeof opt.shards ||
+        options->size > ((size_t)1 << 16)) {
+      errno = EINVAL;
+      return NULL;
+    }
+    memcpy(&opt, options, options->size < sizeof opt ? options->size : sizeof opt);
+  }
+  if (alignment == 0) {
+    size_t natural = pool_round_up(object_size, sizeof(void *));
+    alignment = natural & (~natural + 1); /* lowest set bit */
+    if (alignment > 16)
+      alignment = 16;
+  }
+  if (object_size == 0 || object_size > POOL_MAX_OBJECT || !pool_is_pow2(alignment) ||
+      alignment > POOL_MAX_ALIGN || opt.shards > POOL_MAX_SHARDS ||
+      opt.cache_limit > POOL_MAX_CACHE) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (alignment < sizeof(void *))
+    alignment = sizeof(void *);
+  size_t size = pool_round_up(object_size, alignment);
+
+  size_t first = pool_round_up(sizeof(pool_slab_t), alignment);
+  size_t slab = POOL_SLAB_MIN;
+  while (slab < POOL_SLAB_MAX && (slab - first) / size < POOL_SLAB_TARGET)
+    slab *= 2;
+  if (slab > fw_max_alignment()) {
+    errno = EINVAL;
+    return NULL;
+  }
+
+  size_t limit = opt.cache_limit;
+  if (limit == 0) {
+    limit = POOL_CACHE_BYTES / size;
+    if (limit > POOL_CACHE_DEFAULT_MAX)
+      limit = POOL_CACHE_DEFAULT_MAX;
+    if (limit < POOL_CACHE_DEFAULT_MIN)
+      limit = POOL_CACHE_DEFAULT_MIN;
+  }
+  if (limit < 2)
+    limit = 2;
+  limit = pool_round_up(limit, 2);
+
+  unsigned shards = (unsigned)pool_pow2_at_least(opt.shards ? opt.shards : pool_default_shards());
+  /* A multiple of POOL_LINE, as aligned_alloc wants: both types are line-aligned. */
+  fw_pool_t *pool = fw_aligned_alloc(POOL_LINE, sizeof *pool + shards * sizeof(pool_shard_t));
+  if (pool == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  memset(pool, 0, sizeof *pool + shards * sizeof(pool_shard_t));
+  pool->shard_mask = shards - 1;
+  pool->batch = limit / 2;
+  pool->object_size = size;
+  pool->zero = opt.zero;
+  pool->alignment = alignment;
+  pool->slab_size = slab;
+  pool->slab_objects = (slab - first) / size;
+  pool->first_offset = first;
+  pool->cache_limit = limit;
+  for (unsigned i = 0; i < shards; i++) {
+    pool_shard_t *s = &pool->shards[i];
+    s->batches = fw_malloc(POOL_SHARD_INITIAL * sizeof *s->batches);
+    s->cap = POOL_SHARD_INITIAL;
+    if (s->batches == NULL)
+      goto fail;
+  }
+  pthread_once(&pool_once, pool_init_once);
+  if (!pool_register(pool))
+    goto fail;
+  return pool;
+
+fail:
+  for (unsigned i = 0; i < shards; i++)
+    fw_free(pool->shards[i].batches);
+  fw_free(pool);
+  errno = ENOMEM;
+  return NULL;
+}
+
+FW_API void fw_pool_destroy(fw_pool_t *pool) {
+  if (pool == NULL)
+    return;
+  pthread_mutex_lock(&pool_reg_lock);
+  pool_reg[pool->id] = NULL;
+  if (pool->id < pool_reg_hint)
+    pool_reg_hint = pool->id;
+  pthread_mutex_unlock(&pool_reg_lock);
+
+  pool_slab_t *slab = pool->slabs;
+  while (slab != NULL) {
+    pool_slab_t *next = slab->next;
+    fw_free_aligned_sized(slab, pool->slab_size, pool->slab_size);
+    slab = next;
+  }
+  for (uint32_t i = 0; i <= pool->shard_mask; i++)
+    fw_free(pool->shards[i].batches);
+  fw_free(pool);
+}
+
+FW_API int fw_pool_stats(const fw_pool_t *cpool, fw_pool_stats_t *out) {
+  if (cpool == NULL || out == NULL || out->size < sizeof out->size) {
+    errno = EINVAL;
+    return -1;
+  }
+  fw_pool_t *pool = (fw_pool_t *)cpool; /* peak is raised as a side effect */
+  pthread_mutex_lock(&pool_reg_lock);
+  intptr_t live = atomic_load_explicit(&pool->live, memory_order_relaxed);
+  intptr_t peak = live;
+  for (pool_thread_t *t = pool_threads; t != NULL; t = t->next) {
+    if (pool->id >= t->cap)
+      continue;
+    pool_cache_t *c = &t->caches[pool->id];
+    if (atomic_load_explicit(&c->gen, memory_order_acquire) != pool->gen)
+      continue;
+    live += load_relaxed(&c->net);
+    peak += load_relaxed(&c->net_max);
+  }
+  pthread_mutex_unlock(&pool_reg_lock);
+  if (live < 0) /* only while other threads are mid-update */
+    live = 0;
+  pool_peak_raise(pool, peak);
+  pool_peak_raise(pool, live);
+
+  fw_pool_stats_t s;
+  s.size = out->size;
+  s.object_size = pool->object_size;
+  s.objects_live = (size_t)live;
+  s.objects_peak = load_relaxed(&pool->peak);
+  s.slabs = load_relaxed(&pool->nslabs);
+  s.bytes_reserved = s.slabs * pool->slab_size;
+  memcpy(out, &s, out->size < sizeof s ? out->size : sizeof s);
+  return 0;
+}
