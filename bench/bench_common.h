@@ -1,0 +1,291 @@
+/* Shared helpers for the freeway benchmark programs.
+ *
+ * Header only, usable from C11 and C++17. Every benchmark program:
+ *   - takes its parameters as `--name value` pairs on the command line,
+ *   - calls nothing but the standard allocation functions (the allocator
+ *     under test is swapped in with LD_PRELOAD, the binary stays the same),
+ *   - prints exactly one JSON object on the last line of stdout.
+ */
+#ifndef FW_BENCH_COMMON_H
+#define FW_BENCH_COMMON_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- time and resource usage ------------------------------------------- */
+
+static inline double bench_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+typedef struct bench_cpu {
+  double wall_ms;
+  double user_ms;
+  double sys_ms;
+} bench_cpu_t;
+
+static inline double bench_tv_ms(struct timeval tv) {
+  return (double)tv.tv_sec * 1e3 + (double)tv.tv_usec / 1e3;
+}
+
+/* Snapshot of wall clock and process CPU time (all threads). */
+static inline bench_cpu_t bench_cpu_now(void) {
+  bench_cpu_t c;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  c.wall_ms = bench_now_ms();
+  c.user_ms = bench_tv_ms(ru.ru_utime);
+  c.sys_ms = bench_tv_ms(ru.ru_stime);
+  return c;
+}
+
+static inline bench_cpu_t bench_cpu_diff(bench_cpu_t end, bench_cpu_t start) {
+  bench_cpu_t d;
+  d.wall_ms = end.wall_ms - start.wall_ms;
+  d.user_ms = end.user_ms - start.user_ms;
+  d.sys_ms = end.sys_ms - start.sys_ms;
+  return d;
+}
+
+/* CPUs this process may run on. */
+static inline int bench_ncpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+/* CPU usage as (user + sys) / (wall x cores): 100% means every core busy. */
+static inline double bench_cpu_util(bench_cpu_t d) {
+  if (d.wall_ms <= 0) return 0;
+  return (d.user_ms + d.sys_ms) / (d.wall_ms * bench_ncpus());
+}
+
+/* Resident set size now, in bytes, from /proc/self/statm. */
+static inline size_t bench_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+  fclose(f);
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Peak resident set size of the process so far, in KiB. */
+static inline long bench_maxrss_kb(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/* ---- random numbers ------------------------------------------------------ */
+
+typedef struct bench_rng {
+  uint64_t s;
+} bench_rng_t;
+
+static inline void bench_rng_seed(bench_rng_t *r, uint64_t seed) {
+  r->s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  if (r->s == 0) r->s = 1;
+}
+
+/* xorshift64* */
+static inline uint64_t bench_rng_next(bench_rng_t *r) {
+  uint64_t x = r->s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  r->s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Uniform in [lo, hi]. */
+static inline size_t bench_rng_range(bench_rng_t *r, size_t lo, size_t hi) {
+  if (hi <= lo) return lo;
+  return lo + (size_t)(bench_rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* ---- command line -------------------------------------------------------- */
+
+static inline void bench_die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(2);
+}
+
+static inline const char *bench_arg_raw(int argc, char **argv, const char *name) {
+  for (int i = 1; i + 1 < argc; i++) {
+    if (argv[i][0] == '-' && argv[i][1] == '-' && strcmp(argv[i] + 2, name) == 0) return argv[i + 1];
+  }
+  return NULL;
+}
+
+/* A number with an optional suffix. Counts (binary = 0) take k, M, G as
+ * powers of 1000; sizes (binary = 1) take k/K/KiB, M/MiB, G/GiB as powers of
+ * 1024. Fractions are allowed ("1.5k"). */
+static inline double bench_parse_number(const char *s, int binary) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno != 0) bench_die("bad number: %s", s);
+  double unit = binary ? 1024.0 : 1000.0;
+  switch (*end) {
+    case '\0': return v;
+    case 'k': case 'K': v *= unit; end++; break;
+    case 'm': case 'M': v *= unit * unit; end++; break;
+    case 'g': case 'G': v *= unit * unit * unit; end++; break;
+    case 'B': case 'b': end++; break;
+    default: bench_die("bad suffix in: %s", s);
+  }
+  if (*end == 'i' || *end == 'I') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end != '\0') bench_die("bad suffix in: %s", s);
+  return v;
+}
+
+static inline long long bench_arg_count(int argc, char **argv, const char *name, long long def) {
+  const char *s = bench_arg_raw(argc, argv, name);
+  return s ? (long long)(bench_parse_number(s, 0) + 0.5) : def;
+}
+
+static inline size_t bench_arg_size(int argc, char **argv, const char *name, size_t def) {
+  const char *s = bench_arg_raw(argc, argv, name);
+  return s ? (size_t)(bench_parse_number(s, 1) + 0.5) : def;
+}
+
+static inline double bench_arg_double(int argc, char **argv, const char *name, double def) {
+  const char *s = bench_arg_raw(argc, argv, name);
+  return s ? bench_parse_number(s, 0) : def;
+}
+
+static inline const char *bench_arg_str(int argc, char **argv, const char *name, const char *def) {
+  const char *s = bench_arg_raw(argc, argv, name);
+  return s ? s : def;
+}
+
+/* ---- the result line ----------------------------------------------------- */
+
+/* A JSON object built in a fixed buffer; printed on one line at the end. */
+typedef struct bench_json {
+  char buf[8192];
+  size_t len;
+} bench_json_t;
+
+static inline void bench_json_raw(bench_json_t *j, const char *fmt, ...) {
+  if (j->len >= sizeof j->buf) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) j->len += (size_t)n;
+  if (j->len >= sizeof j->buf) j->len = sizeof j->buf - 1;
+}
+
+static inline void bench_json_begin(bench_json_t *j, const char *bench) {
+  j->len = 0;
+  j->buf[0] = '\0';
+  bench_json_raw(j, "{\"bench\":\"%s\"", bench);
+}
+
+static inline void bench_json_int(bench_json_t *j, const char *key, long long v) {
+  bench_json_raw(j, ",\"%s\":%lld", key, v);
+}
+
+static inline void bench_json_num(bench_json_t *j, const char *key, double v) {
+  bench_json_raw(j, ",\"%s\":%.6g", key, v);
+}
+
+/* Strings written here are program-chosen identifiers: no escaping needed. */
+static inline void bench_json_str(bench_json_t *j, const char *key, const char *v) {
+  bench_json_raw(j, ",\"%s\":\"%s\"", key, v);
+}
+
+static inline void bench_json_bool(bench_json_t *j, const char *key, int v) {
+  bench_json_raw(j, ",\"%s\":%s", key, v ? "true" : "false");
+}
+
+/* A JSON array of numbers. */
+static inline void bench_json_array(bench_json_t *j, const char *key, const double *v, size_t n) {
+  bench_json_raw(j, ",\"%s\":[", key);
+  for (size_t i = 0; i < n; i++) bench_json_raw(j, "%s%.6g", i ? "," : "", v[i]);
+  bench_json_raw(j, "]");
+}
+
+/* The fields every timed benchmark reports. */
+static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
+  bench_json_num(j, "wall_ms", d.wall_ms);
+  bench_json_num(j, "user_ms", d.user_ms);
+  bench_json_num(j, "sys_ms", d.sys_ms);
+  bench_json_num(j, "cpu_util", bench_cpu_util(d));
+}
+
+static inline void bench_json_end(bench_json_t *j) {
+  bench_json_int(j, "ncpus", bench_ncpus());
+  bench_json_int(j, "maxrss_kb", bench_maxrss_kb());
+  bench_json_raw(j, "}");
+  fflush(stdout);
+  printf("%s\n", j->buf);
+  fflush(stdout);
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+/* Starts n threads running fn(arg_i) with arg_i = args + i * arg_size, lets
+ * them all start together, and returns the wall and CPU time from the start
+ * signal until the last one has finished. Thread functions must call
+ * bench_start_wait() first. */
+static pthread_barrier_t bench_start_barrier;
+
+static inline void bench_start_wait(void) { pthread_barrier_wait(&bench_start_barrier); }
+
+static inline bench_cpu_t bench_run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size) {
+  pthread_t *tids = (pthread_t *)calloc((size_t)n, sizeof *tids);
+  if (!tids) bench_die("out of memory");
+  pthread_barrier_init(&bench_start_barrier, NULL, (unsigned)n + 1);
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&tids[i], NULL, fn, (char *)args + (size_t)i * arg_size) != 0)
+      bench_die("pthread_create failed");
+  }
+  bench_cpu_t start = bench_cpu_now();
+  pthread_barrier_wait(&bench_start_barrier);
+  for (int i = 0; i < n; i++) pthread_join(tids[i], NULL);
+  bench_cpu_t end = bench_cpu_now();
+  pthread_barrier_destroy(&bench_start_barrier);
+  free(tids);
+  return bench_cpu_diff(end, start);
+}
+
+/* Keeps values alive so the compiler cannot drop the work producing them. */
+static volatile uint64_t bench_sink;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FW_BENCH_COMMON_H */

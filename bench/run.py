@@ -1,0 +1,1326 @@
+#!/usr/bin/env python3
+"""Runs freeway's benchmark suite against the system allocator and the peer
+allocators, all swapped in with LD_PRELOAD over the same binaries.
+
+    python3 bench/run.py                    # quick pass (a few minutes)
+    python3 bench/run.py --full             # the seeds' own scale
+    python3 bench/run.py --only speed,pools --alloc freeway,mimalloc
+    python3 bench/run.py --list             # experiments and allocators
+
+Writes results.json, runs.csv, summary.csv, RESULTS.md and plots/*.png into
+the output directory (default bench/results/quick or bench/results/full for
+a complete pass, bench/out/<time> for a partial one).
+See docs/benchmarks.md.
+"""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# ---------------------------------------------------------------------------
+# Allocators
+# ---------------------------------------------------------------------------
+
+# name -> shared object to preload (None: the C library's own allocator).
+# freeway's comes from the build directory; the others are looked up in the
+# system's library directories.
+PEERS = [
+    ("system", None),
+    ("freeway", "@build"),
+    ("jemalloc", "libjemalloc.so.2"),
+    ("tcmalloc", "libtcmalloc_minimal.so.4"),
+    ("mimalloc", "libmimalloc.so.2"),
+    ("tbb", "libtbbmalloc_proxy.so.2"),
+]
+ALLOC_NAMES = [n for n, _ in PEERS]
+
+
+def lib_dirs():
+    dirs = []
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if not multiarch:
+        try:
+            multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True,
+                                       text=True, check=False).stdout.strip()
+        except OSError:
+            multiarch = ""
+    for base in ("/usr/lib", "/lib"):
+        if multiarch:
+            dirs.append(os.path.join(base, multiarch))
+    dirs += ["/usr/lib64", "/lib64", "/usr/lib", "/usr/local/lib"]
+    return dirs
+
+
+def find_library(soname):
+    for d in lib_dirs():
+        path = os.path.join(d, soname)
+        if os.path.exists(path):
+            return path
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        out = ""
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) .*=> (\S+)", line)
+        if m and m.group(1) == soname and os.path.exists(m.group(2)):
+            return m.group(2)
+    return None
+
+
+def package_version(path):
+    """Debian package and version owning a file, or ("", "")."""
+    for p in (path, os.path.realpath(path)):
+        try:
+            r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True, check=False)
+        except OSError:
+            return "", ""
+        if r.returncode == 0 and ":" in r.stdout:
+            pkg = r.stdout.split(": ")[0].split(",")[0].strip()
+            v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True,
+                               text=True, check=False).stdout.strip()
+            return pkg, v
+    return "", ""
+
+
+def clean_arg(a):
+    """A command-line word fit for the saved results: paths inside the
+    repository made relative, other absolute paths reduced to their name."""
+    a = str(a)
+    if not os.path.isabs(a):
+        return a
+    r = rel(a)
+    return r if not os.path.isabs(r) else os.path.basename(a)
+
+
+def rel(path):
+    """A path relative to the repository when it is inside it."""
+    try:
+        r = os.path.relpath(path, REPO)
+    except ValueError:
+        return path
+    return path if r.startswith("..") else r
+
+
+# ---------------------------------------------------------------------------
+# Running one program
+# ---------------------------------------------------------------------------
+
+class RunResult:
+    def __init__(self):
+        self.ok = False
+        self.data = {}
+        self.error = ""
+        self.stderr = ""
+        self.wall_ms = 0.0
+        self.maxrss_kb = 0
+        self.user_ms = 0.0
+        self.sys_ms = 0.0
+
+
+def run_program(argv, preload=None, env_extra=None, timeout=600.0, want_json=True):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    if env_extra:
+        env.update(env_extra)
+    res = RunResult()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            res.error = "cannot start: %s" % e
+            return res
+        timed_out = []
+
+        def kill():
+            timed_out.append(True)
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        res.wall_ms = (time.monotonic() - t0) * 1e3
+        res.maxrss_kb = ru.ru_maxrss
+        res.user_ms = ru.ru_utime * 1e3
+        res.sys_ms = ru.ru_stime * 1e3
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        res.stderr = err.read().decode("utf-8", "replace")
+    if timed_out:
+        res.error = "timeout after %.0f s" % timeout
+        return res
+    if want_json:
+        for line in reversed(stdout.strip().splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    res.data = json.loads(line)
+                except ValueError:
+                    pass
+                break
+    if proc.returncode != 0:
+        tail = res.stderr.strip().splitlines()[-3:]
+        res.error = "exit status %d%s" % (proc.returncode, (": " + " | ".join(tail)) if tail else "")
+        return res
+    if want_json and not res.data:
+        res.error = "no result line"
+        return res
+    res.ok = True
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------
+
+class Progress:
+    def __init__(self, total, stream=sys.stderr):
+        self.total = max(total, 1)
+        self.done = 0
+        self.start = time.monotonic()
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last_pct = -1
+
+    def step(self, label):
+        self.done += 1
+        frac = self.done / self.total
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / frac - elapsed if frac > 0 else 0
+        width = 30
+        bar = "#" * int(frac * width) + "." * (width - int(frac * width))
+        line = "[%s] %3d%% %d/%d %s elapsed %s eta %s" % (
+            bar, int(frac * 100), self.done, self.total, label[:48].ljust(48), fmt_dur(elapsed), fmt_dur(eta))
+        if self.tty:
+            self.stream.write("\r" + line)
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            pct = int(frac * 20)
+            if pct != self.last_pct or self.done == self.total:
+                self.stream.write(line + "\n")
+                self.last_pct = pct
+        self.stream.flush()
+
+    def note(self, text):
+        if self.tty:
+            self.stream.write("\r" + " " * 140 + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def fmt_dur(s):
+    s = int(s)
+    return "%dm%02ds" % (s // 60, s % 60)
+
+
+# ---------------------------------------------------------------------------
+# Experiments
+# ---------------------------------------------------------------------------
+
+def human_size(n):
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            v = n / k
+            return ("%g" % round(v, 2)) + unit
+    return "%dB" % n
+
+
+def human_count(n):
+    if n >= 1000000 and n % 100000 == 0:
+        return "%gM" % (n / 1e6)
+    if n >= 1000 and n % 100 == 0:
+        return "%gk" % (n / 1e3)
+    return str(n)
+
+
+def scaled(n, scale, minimum=1):
+    return max(minimum, int(round(n * scale)))
+
+
+class Case:
+    """One point of an experiment: a command line, run for every allocator."""
+
+    def __init__(self, label, argv, group="", x=None, seed_key=None, env=None, skip_allocs=()):
+        self.label = label
+        self.argv = argv
+        self.group = group
+        self.x = x
+        self.seed_key = seed_key or label
+        self.env = env or {}
+        self.skip_allocs = set(skip_allocs)
+
+
+class Experiment:
+    name = ""
+    title = ""
+    seed = ""
+    what = ""
+    metric = "wall_ms"          # primary metric (lower is better)
+    metric_label = "time (ms)"
+    extra_tables = ()           # (metric, title, format)
+    xlabel = "threads"
+    plot = True
+    quick_scale = 0.05
+    trimmed_mean = False
+
+    def cases(self, binpath, scale, full):
+        raise NotImplementedError
+
+
+class Speed(Experiment):
+    name = "speed"
+    title = "malloc/free speed over size ranges"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("T threads x M operations; an operation frees a random block of the thread's window of live "
+            "blocks and allocates one of a random size from 256 B to the range's top. CPU usage is "
+            "(user+sys)/(wall x cores), as in the seed.")
+    extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
+    quick_scale = 0.02
+    TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
+             (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for t, m, top in self.TABLE:
+            label = "%dT x %s, 256B-%s" % (t, human_count(m), human_size(top))
+            ops = scaled(m, scale)
+            out.append(Case(label, [binpath("speed"), "--threads", t, "--ops", ops, "--min", 256, "--max", top],
+                            x=t, seed_key=label))
+        return out
+
+
+class Frag(Experiment):
+    name = "frag"
+    title = "allocate without freeing, in loops (fragmentation)"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("T threads each allocate N blocks of 128 B to X and keep them; then one 8 MiB block is "
+            "requested; then everything is freed, and the loop starts again. Time = mean allocation "
+            "time per loop (the seed's 'average time'); the 8 MiB probe and RSS are reported per run.")
+    metric = "loop_ms"
+    metric_label = "mean time per loop (ms)"
+    extra_tables = (("probes_ok", "8 MiB requests that succeeded (of loops)", "probe"),
+                    ("rss_alloc_mib", "RSS with every block live (MiB)", "f1"),
+                    ("rss_free_mib", "RSS after the free-all (MiB)", "f1"))
+    quick_scale = 0.1
+    LARGE = [(2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (10, 50000, 1280), (12, 15000, 1536)]
+    SMALL = [(2, 1000000, 256), (4, 400000, 512), (8, 100000, 1024), (10, 50000, 1280), (12, 25000, 1536)]
+
+    def cases(self, binpath, scale, full):
+        loops = 20 if full else 3
+        out = []
+        for table, rows in (("large", self.LARGE), ("small", self.SMALL)):
+            for t, n, top in rows:
+                label = "%s: %dT x %s, 128B-%s" % (table, t, human_count(n), human_size(top))
+                out.append(Case(label, [binpath("frag"), "--threads", t, "--ptrs", scaled(n, scale),
+                                        "--min", 128, "--max", top, "--loops", loops],
+                                group=table + " table", x=t, seed_key=label))
+        return out
+
+
+class Pools(Experiment):
+    name = "pools"
+    title = "pools of objects: one lock vs sub-pools, std::list vs private list"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("Each operation releases a held 128 B object to a random sub-pool and acquires one from a "
+            "random sub-pool. 'std' keeps free objects in a std::list (a node allocated and freed per "
+            "operation), 'private' in an intrusive list; 'fwpool' uses freeway's fw_pool_* API (looked "
+            "up with dlsym; skipped under other allocators), its shards set to the sub-pool count; "
+            "'direct' is malloc/free per operation with no pool.")
+    extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
+    quick_scale = 0.04
+    THREADS = [(4, 1000000), (8, 1000000), (16, 300000)]
+
+    def cases(self, binpath, scale, full):
+        subs = [1, 4, 8, 16, 32, 64] if full else [1, 8, 64]
+        out = []
+        for lst in ("std", "private", "fwpool"):
+            for k in subs:
+                for t, m in self.THREADS:
+                    kname = "baseline" if k == 1 else "%d sub-pools" % k
+                    label = "%s %dT x %s %s" % (lst, t, human_count(m), kname)
+                    out.append(Case(label, [binpath("pools"), "--threads", t, "--ops", scaled(m, scale),
+                                            "--subpools", k, "--list", lst],
+                                    group="%s, %s" % (lst, kname), x=t, seed_key=label))
+        for t, m in self.THREADS:
+            label = "direct %dT x %s" % (t, human_count(m))
+            out.append(Case(label, [binpath("pools"), "--threads", t, "--ops", scaled(m, scale), "--list", "direct"],
+                            group="direct malloc/free", x=t))
+        return out
+
+
+class HeapFree(Experiment):
+    name = "heapfree"
+    title = "releasing 1M small blocks: free one by one vs destroying the heap"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("1M blocks of 16-128 B are allocated and then released. 'free' = free() block by block "
+            "(every allocator); with freeway's heap API (fw_heap_*, looked up with dlsym) also the same "
+            "blocks taken from a private heap and released by fw_heap_destroy at once. Medians of the "
+            "rounds inside one run, then over runs.")
+    metric = "free_ms"
+    metric_label = "free block by block (ms)"
+    extra_tables = (("malloc_ms", "allocating the blocks (ms)", "f1"),
+                    ("heap_free_ms", "freeway heap: free block by block + destroy (ms)", "f1"),
+                    ("heap_destroy_ms", "freeway heap: fw_heap_destroy only (ms)", "f2"))
+    plot = False
+    quick_scale = 0.3
+
+    def cases(self, binpath, scale, full):
+        n = scaled(1000000, scale)
+        return [Case("%s blocks, 16-128B" % human_count(n),
+                     [binpath("heapfree"), "--blocks", n, "--rounds", 5 if full else 1])]
+
+
+class SameSize(Experiment):
+    name = "samesize"
+    title = "same-size malloc then free per thread (Test 1) and with fill + check (Test 2)"
+    seed = "001_3f3672d33bf8207a.txt"
+    what = ("Every thread repeats: allocate 100 blocks of 64 B, then free them (Test 2: fill each block "
+            "after malloc and check its whole content before free). The work per thread is fixed. As in "
+            "the seed each point is also summarised as the mean with the min and max run dropped.")
+    extra_tables = (("ms_per_thread", "time per thread = total / threads (ms)", "f1"),)
+    quick_scale = 0.02
+    trimmed_mean = True
+
+    def cases(self, binpath, scale, full):
+        out = []
+        rounds = scaled(50000, scale)
+        for test, check in (("Test 1", 0), ("Test 2", 1)):
+            for t in range(1, 11):
+                out.append(Case("%s, %dT" % (test, t),
+                                [binpath("samesize"), "--threads", t, "--rounds", rounds, "--batch", 100,
+                                 "--size", 64, "--check", check], group=test, x=t))
+        return out
+
+
+class Scaled(Experiment):
+    name = "scaled"
+    title = "contention-normalised load"
+    seed = "002_39120c6782f82bab.txt"
+    what = ("Each thread does W x min(T, cores) / T operations (free a random block of a 256-block "
+            "window, allocate 8-512 B), so a contention-free allocator takes the same time at every "
+            "thread count; time above the 1-thread time is contention.")
+    quick_scale = 0.03
+
+    def cases(self, binpath, scale, full):
+        w = scaled(10000000, scale)
+        return [Case("%dT" % t, [binpath("scaled"), "--threads", t, "--work", w], x=t)
+                for t in (1, 2, 4, 8, 16)]
+
+
+class Strings(Experiment):
+    name = "strings"
+    title = "string churn: formatted integer assigned to a std::string"
+    seed = "003_42323dc2e47f932d.txt"
+    what = ("Each thread assigns a freshly formatted 24-digit integer to a std::string (beyond the "
+            "small-string buffer: one malloc and one free per assignment) 10M times.")
+    extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
+    quick_scale = 0.02
+
+    def cases(self, binpath, scale, full):
+        n = scaled(10000000, scale)
+        return [Case("%dT x %s" % (t, human_count(n)), [binpath("strings"), "--threads", t, "--iters", n], x=t)
+                for t in range(1, 9)]
+
+
+class Objects(Experiment):
+    name = "objects"
+    title = "create and destroy objects, fixed total work split over threads"
+    seed = "004_2d738c79ad3b7617.txt"
+    what = ("A fixed total of objects (new/delete, constructor writes header and last byte, batches of "
+            "64) split evenly over 1..8 threads. The ratio table shows time relative to the system "
+            "allocator on 1 thread for the same size, as the seed does.")
+    quick_scale = 0.02
+    SIZES = [(128, 20000000), (1024, 10000000), (1 << 20, 200000)]
+    relative_to_system_1t = True
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for size, total in self.SIZES:
+            n = scaled(total, scale)
+            for t in range(1, 9):
+                out.append(Case("%s x %s, %dT" % (human_size(size), human_count(n), t),
+                                [binpath("objects"), "--threads", t, "--total", n, "--size", size],
+                                group="%s objects" % human_size(size), x=t))
+        return out
+
+
+class Larson(Experiment):
+    name = "larson"
+    title = "server-style rolling working set, frees from other threads"
+    seed = ""
+    what = ("T arrays of 1000 live blocks (16-1024 B); each round starts T new threads and thread i "
+            "replaces random blocks of array (i + round) mod T, so the blocks it frees were allocated by "
+            "other (mostly exited) threads.")
+    quick_scale = 0.05
+
+    def cases(self, binpath, scale, full):
+        ops = scaled(200000, scale)
+        return [Case("%dT x 20 rounds x %s" % (t, human_count(ops)),
+                     [binpath("larson"), "--threads", t, "--rounds", 20, "--ops", ops], x=t)
+                for t in (1, 2, 4, 8)]
+
+
+class ProdCons(Experiment):
+    name = "prodcons"
+    title = "producer/consumer pipeline"
+    seed = ""
+    what = ("P producer/consumer pairs; producers allocate 16 B-4 KiB messages, consumers check and free "
+            "them (every block freed by another thread than its allocator).")
+    quick_scale = 0.05
+
+    def cases(self, binpath, scale, full):
+        n = scaled(2000000, scale)
+        return [Case("%d pairs x %s msgs" % (p, human_count(n)),
+                     [binpath("prodcons"), "--pairs", p, "--msgs", n], x=2 * p)
+                for p in (1, 2, 4)]
+
+
+class FalseShare(Experiment):
+    name = "falseshare"
+    title = "false sharing of small blocks (thrash: own blocks; scratch: blocks handed over)"
+    seed = ""
+    what = ("thrash: each thread allocates an 8 B block, writes it 100 times, frees it, repeatedly. "
+            "scratch: the same after each thread freed a block the main thread allocated for it. "
+            "Times that grow with threads past the cores mean shared cache lines.")
+    quick_scale = 0.05
+
+    def cases(self, binpath, scale, full):
+        n = scaled(1000000, scale)
+        out = []
+        for mode in ("thrash", "scratch"):
+            for t in (1, 2, 4):
+                out.append(Case("%s %dT x %s" % (mode, t, human_count(n)),
+                                [binpath("falseshare"), "--mode", mode, "--threads", t, "--iters", n],
+                                group=mode, x=t))
+        return out
+
+
+class ReallocGrow(Experiment):
+    name = "reallocgrow"
+    title = "realloc-heavy growth"
+    seed = ""
+    what = "Each thread grows 64 buffers in turn by random 1-64 B steps to the final size with realloc."
+    quick_scale = 0.25
+
+    def cases(self, binpath, scale, full):
+        final = 256 << 10 if full else 64 << 10
+        rounds = scaled(4, scale)
+        return [Case("%dT, 64 x %s, %d rounds" % (t, human_size(final), rounds),
+                     [binpath("reallocgrow"), "--threads", t, "--final", final, "--rounds", rounds], x=t)
+                for t in (1, 2, 4)]
+
+
+class Churn(Experiment):
+    name = "churn"
+    title = "memory returned after a burst"
+    seed = ""
+    what = ("T threads allocate a total of 1 GiB (full; 256 MiB quick) in 16-256 B blocks, free them "
+            "all, then keep calling malloc/free lightly while RSS is sampled from /proc/self/statm. "
+            "Lower RSS after the free and after settling is better.")
+    metric = "rss_end_mib"
+    metric_label = "RSS at the end of settling (MiB)"
+    extra_tables = (("rss_peak_mib", "RSS at the peak (MiB)", "f1"),
+                    ("rss_after_free_mib", "RSS right after free-all (MiB)", "f1"),
+                    ("rss_settled_min_mib", "lowest RSS while settling (MiB)", "f1"),
+                    ("wall_ms", "allocate + free time (ms)", "f1"))
+    plot = False
+    quick_scale = 0.25
+
+    def cases(self, binpath, scale, full):
+        total = scaled(1 << 30, scale)
+        settle = 2000 if full else 400
+        threads = (1, 2) if full else (2,)
+        return [Case("%dT, %s, settle %d ms" % (t, human_size(total), settle),
+                     [binpath("churn"), "--threads", t, "--total", total, "--settle-ms", settle], x=t)
+                for t in threads]
+
+
+class Python(Experiment):
+    name = "python"
+    title = "a real program: the Python interpreter building and dropping objects"
+    seed = ""
+    what = ("bench/pyalloc.py builds a million-scale list of records, an index dict and a joined text, "
+            "drops them, repeatedly. 'malloc' sets PYTHONMALLOC=malloc (every object through the "
+            "allocator under test); 'pymalloc' leaves the interpreter's small-object allocator on.")
+    extra_tables = (("run_maxrss_kb", "peak RSS (KiB, from wait4)", "int"),)
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(1000000, scale)
+        rounds = 5 if full else 2
+        out = []
+        for variant in ("malloc", "pymalloc"):
+            env = {"PYTHONMALLOC": "malloc"} if variant == "malloc" else {"PYTHONMALLOC": ""}
+            out.append(Case("%s, %s records x %d" % (variant, human_count(n), rounds),
+                            [sys.executable, os.path.join(HERE, "pyalloc.py"), "--records", n, "--rounds", rounds],
+                            env=env))
+        return out
+
+
+class FastPath(Experiment):
+    name = "fastpath"
+    title = "instructions per operation on the fast path (callgrind)"
+    seed = ""
+    what = ("bench_fastpath runs N malloc+free pairs (or N steps of a ring of 1000 live blocks: free the "
+            "oldest, allocate a new one) under valgrind --tool=callgrind; the instruction count of a run "
+            "with 2N minus that of a run with N, divided by N, is the cost of one step with start-up "
+            "cancelled. Counts include the benchmark loop itself (a few instructions, shown as 'loop').")
+    metric = "instr_per_op"
+    metric_label = "instructions per malloc+free"
+    plot = False
+    CONFIGS = [("pair", 16), ("pair", 64), ("pair", 256), ("pair", 1024), ("ring", 64), ("ring", 1024)]
+
+    def cases(self, binpath, scale, full):
+        return [Case("%s %s" % (mode, human_size(size)), [binpath("fastpath"), mode, size]) for mode, size in self.CONFIGS]
+
+
+EXPERIMENTS = [Speed(), Frag(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
+               Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath()]
+EXP_BY_NAME = {e.name: e for e in EXPERIMENTS}
+
+# ---------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------
+
+
+def median(v):
+    return statistics.median(v) if v else None
+
+
+def trimmed_mean(v):
+    if len(v) < 3:
+        return statistics.mean(v) if v else None
+    s = sorted(v)[1:-1]
+    return statistics.mean(s)
+
+
+def summarise(records, exp):
+    """Per (case, allocator): median, min and max of every numeric field."""
+    groups = {}
+    for r in records:
+        key = (r["case"], r["alloc"])
+        groups.setdefault(key, []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if r.get("ok")]
+        s = {"runs": len(rs), "ok": len(ok), "errors": sorted({r.get("error", "") for r in rs if not r.get("ok")}),
+             "skipped": next((r["data"]["skipped"] for r in ok if "skipped" in r.get("data", {})), None)}
+        fields = {}
+        for r in ok:
+            for k, v in list(r.get("data", {}).items()) + [("run_maxrss_kb", r.get("run_maxrss_kb")),
+                                                         ("run_wall_ms", r.get("run_wall_ms"))]:
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+                    fields.setdefault(k, []).append(float(v))
+        for k, v in fields.items():
+            s[k] = {"median": median(v), "min": min(v), "max": max(v), "n": len(v)}
+            if exp.trimmed_mean:
+                s[k]["trimmed_mean"] = trimmed_mean(v)
+        out[key] = s
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Machine and versions
+# ---------------------------------------------------------------------------
+
+
+def read_first(path, pattern):
+    try:
+        with open(path) as f:
+            for line in f:
+                m = re.match(pattern, line)
+                if m:
+                    return m.group(1).strip()
+    except OSError:
+        pass
+    return ""
+
+
+def git(*args):
+    try:
+        r = subprocess.run(["git", "-C", REPO] + list(args), capture_output=True, text=True, check=False)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    except OSError:
+        return ""
+
+
+def machine_info():
+    mem_kb = read_first("/proc/meminfo", r"MemTotal:\s+(\d+)")
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": read_first("/proc/cpuinfo", r"model name\s*:\s*(.*)"),
+        "memory_gib": round(int(mem_kb) / 1048576, 1) if mem_kb else None,
+        "kernel": platform.release(),
+        "os": read_first("/etc/os-release", r'PRETTY_NAME="?([^"]*)"?'),
+        "python": platform.python_version(),
+        "freeway_commit": git("rev-parse", "HEAD"),
+        "freeway_commit_date": git("log", "-1", "--format=%cI"),
+        "freeway_tree_dirty": bool(git("status", "--porcelain", "--", "src", "include", "CMakeLists.txt")),
+    }
+    try:
+        info["compiler"] = subprocess.run(["cc", "--version"], capture_output=True, text=True,
+                                          check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        info["compiler"] = ""
+    pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
+    info["glibc"] = ver or platform.libc_ver()[1]
+    vg = shutil.which("valgrind")
+    if vg:
+        info["valgrind"] = subprocess.run([vg, "--version"], capture_output=True, text=True,
+                                          check=False).stdout.strip()
+    return info
+
+
+# ---------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------
+
+
+def resolve_allocators(build_dir, wanted, bin_dir, notes):
+    allocs = []
+    whoami = os.path.join(bin_dir, "bench_whoami")
+    for name, lib in PEERS:
+        if name not in wanted:
+            continue
+        if lib is None:
+            path = None
+        elif lib == "@build":
+            path = os.path.join(build_dir, "libfreeway.so")
+            if not os.path.exists(path):
+                notes.append("freeway: %s not found (build the library first); skipped" % rel(path))
+                continue
+        else:
+            path = find_library(lib)
+            if not path:
+                notes.append("%s: %s not found on this system; skipped" % (name, lib))
+                continue
+        r = run_program([whoami], preload=path, timeout=30)
+        if not r.ok:
+            notes.append("%s: test run failed (%s); skipped" % (name, r.error))
+            continue
+        provider = r.data.get("malloc", "")
+        if path and provider.startswith("libc.so"):
+            notes.append("%s: LD_PRELOAD did not replace malloc; skipped" % name)
+            continue
+        if path:
+            pkg, ver = package_version(path)
+        else:
+            pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
+            if not pkg:
+                pkg, ver = "libc6", platform.libc_ver()[1]
+        if name == "freeway":
+            pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
+                "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
+        allocs.append({"name": name, "path": path,
+                       "lib": (rel(path) if not os.path.isabs(rel(path)) else os.path.basename(path))
+                       if path else "(none: C library)",
+                       "package": pkg, "version": ver, "malloc_from": provider})
+    return allocs
+
+
+def run_timed(exp, cases, allocs, reps, timeout, progress, records):
+    for rep in range(reps):
+        for ci, case in enumerate(cases):
+            n = len(allocs)
+            order = [allocs[(i + rep + ci) % n] for i in range(n)]
+            for a in order:
+                if a["name"] in case.skip_allocs:
+                    progress.step("%s %s (skip)" % (exp.name, a["name"]))
+                    continue
+                argv = [str(x) for x in case.argv]
+                r = run_program(argv, preload=a["path"], env_extra=case.env, timeout=timeout)
+                rec = {"exp": exp.name, "case": case.label, "group": case.group, "x": case.x,
+                       "alloc": a["name"], "rep": rep, "ok": r.ok, "error": r.error,
+                       "run_wall_ms": round(r.wall_ms, 3), "run_maxrss_kb": r.maxrss_kb,
+                       "run_user_ms": round(r.user_ms, 3), "run_sys_ms": round(r.sys_ms, 3),
+                       "argv": " ".join(clean_arg(x) for x in argv),
+                       "data": r.data}
+                if not r.ok:
+                    progress.note("  %s / %s / %s: %s" % (exp.name, case.label, a["name"], r.error))
+                records.append(rec)
+                progress.step("%s %s %s" % (exp.name, case.label, a["name"]))
+
+
+def callgrind_count(argv, preload, timeout):
+    vg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    r = run_program(vg + argv, preload=preload, timeout=timeout, want_json=False)
+    m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+    if not r.ok or not m:
+        return None, r.error or "no 'Collected' line from callgrind"
+    return int(m.group(1)), ""
+
+
+def run_fastpath(exp, cases, allocs, full, timeout, progress, records, notes):
+    if not shutil.which("valgrind"):
+        notes.append("fastpath: valgrind not found; instruction counts skipped")
+        for _ in cases:
+            for _ in allocs:
+                progress.step("fastpath (no valgrind)")
+        return
+    n1, n2 = (1000000, 2000000) if full else (100000, 200000)
+    jobs = []
+    for case in cases:
+        for a in allocs:
+            jobs.append((case, a))
+    loop_argv = [str(cases[0].argv[0]), "loop", "64"]
+
+    def work(job):
+        case, a = job
+        argv = [str(x) for x in case.argv]
+        c1, e1 = callgrind_count(argv + [str(n1)], a["path"], timeout)
+        c2, e2 = callgrind_count(argv + [str(n2)], a["path"], timeout)
+        return case, a, c1, c2, e1 or e2
+
+    workers = max(1, min(len(os.sched_getaffinity(0)), 4))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for case, a, c1, c2, err in pool.map(work, jobs):
+            ok = c1 is not None and c2 is not None
+            data = {}
+            if ok:
+                data = {"instr_per_op": (c2 - c1) / (n2 - n1), "instr_n1": c1, "instr_n2": c2, "n1": n1, "n2": n2}
+            records.append({"exp": exp.name, "case": case.label, "group": "", "x": None, "alloc": a["name"],
+                            "rep": 0, "ok": ok, "error": err, "data": data,
+                            "argv": "valgrind --tool=callgrind bench_fastpath %s {%d,%d}" % (
+                                " ".join(str(x) for x in case.argv[1:]), n1, n2)})
+            if not ok:
+                progress.note("  fastpath / %s / %s: %s" % (case.label, a["name"], err))
+            progress.step("fastpath %s %s" % (case.label, a["name"]))
+    l1, _ = callgrind_count(loop_argv + [str(n1)], None, timeout)
+    l2, _ = callgrind_count(loop_argv + [str(n2)], None, timeout)
+    if l1 is not None and l2 is not None:
+        records.append({"exp": exp.name, "case": "loop", "group": "", "x": None, "alloc": "-", "rep": 0,
+                        "ok": True, "error": "", "data": {"instr_per_op": (l2 - l1) / (n2 - n1)},
+                        "argv": "bench_fastpath loop 64"})
+
+
+# ---------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------
+
+
+def fmt_value(v, how):
+    if v is None:
+        return "-"
+    if how == "pct":
+        return "%.0f%%" % (100 * v)
+    if how == "int":
+        return "%d" % round(v)
+    if how == "f2":
+        return "%.2f" % v
+    if how == "f1":
+        return "%.1f" % v
+    if abs(v) >= 100:
+        return "%.0f" % v
+    if abs(v) >= 10:
+        return "%.1f" % v
+    return "%.2f" % v
+
+
+def cell_stat(s, metric, how="auto", with_range=True):
+    if s is None:
+        return "-"
+    if s.get("skipped"):
+        return "skipped"
+    st = s.get(metric)
+    if st is None:
+        if s.get("errors") and not s.get("ok"):
+            return "failed"
+        return "-"
+    txt = fmt_value(st["median"], how)
+    if with_range and st["n"] > 1 and st["min"] != st["max"]:
+        txt += " [%s-%s]" % (fmt_value(st["min"], how), fmt_value(st["max"], how))
+    return txt
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(r):
+    return "-" if r is None else "%.2fx" % r
+
+
+def med(summary, case, alloc, metric):
+    s = summary.get((case, alloc))
+    if not s or s.get("skipped") or metric not in s:
+        return None
+    return s[metric]["median"]
+
+
+def best_peer(summary, case, alloc_names, metric):
+    best = None
+    for a in alloc_names:
+        if a == "freeway":
+            continue
+        v = med(summary, case, a, metric)
+        if v is not None and (best is None or v < best[1]):
+            best = (a, v)
+    return best
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c) for c in r) + " |")
+    return "\n".join(out)
+
+
+def seed_columns(seeds, exp):
+    sf = seeds.get(exp.name, {})
+    return sf.get("columns", []), sf.get("rows", {}), sf.get("note", "")
+
+
+def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, plot_file, meta_exp):
+    lines = []
+    seed_txt = (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload"
+    lines.append("## %s: %s%s" % (exp.name, exp.title, seed_txt))
+    lines.append("")
+    lines.append(exp.what)
+    lines.append("")
+    lines.append("Run: %s, scale %g, %d repetition(s) interleaved across allocators. Re-run: "
+                 "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"), meta_exp.get("scale", 1),
+                                                         meta_exp.get("reps", 1), exp.name))
+    lines.append("")
+    labels = [c.label for c in cases]
+    if exp.name == "fastpath":
+        return lines + report_fastpath(exp, labels, summary, alloc_names)
+    scols, srows, snote = seed_columns(seeds, exp)
+    has_seed = any(l in srows for l in labels)
+    header = ["case"] + alloc_names + ["freeway / best peer"] + (scols if has_seed else [])
+    rows = []
+    for l in labels:
+        row = [l]
+        for a in alloc_names:
+            row.append(cell_stat(summary.get((l, a)), exp.metric))
+        bp = best_peer(summary, l, alloc_names, exp.metric)
+        fw = med(summary, l, "freeway", exp.metric)
+        row.append(("%s (%s)" % (fmt_ratio(ratio(fw, bp[1])), bp[0])) if (bp and fw is not None) else "-")
+        if has_seed:
+            vals = srows.get(l, [])
+            row += [("%g%%" % v if "CPU" in c else "%g" % v) if i < len(vals) else "" for i, (c, v) in
+                    enumerate(zip(scols, vals + [None] * (len(scols) - len(vals))))]
+        rows.append(row)
+    lines.append("**%s**, median [min-max] of the runs%s:" % (
+        exp.metric_label, "; seed columns: the seed's own figures on its hardware" if has_seed else ""))
+    lines.append("")
+    lines.append(md_table(header, rows))
+    lines.append("")
+    # Ratios.
+    rel_1t = getattr(exp, "relative_to_system_1t", False)
+    rrows = []
+    for l, c in zip(labels, cases):
+        if rel_1t:
+            base_label = next((x.label for x in cases if x.group == c.group and x.x == 1), None)
+            base = med(summary, base_label, "system", exp.metric) if base_label else None
+        else:
+            base = med(summary, l, "system", exp.metric)
+        rrows.append([l] + [fmt_ratio(ratio(med(summary, l, a, exp.metric), base)) for a in alloc_names])
+    lines.append("Relative to %s (lower is better):" % (
+        "the system allocator on 1 thread, same object size" if rel_1t else "the system allocator"))
+    lines.append("")
+    lines.append(md_table(["case"] + alloc_names, rrows))
+    lines.append("")
+    if exp.trimmed_mean:
+        trows = []
+        for l in labels:
+            row = [l]
+            for a in alloc_names:
+                s = summary.get((l, a))
+                st = s.get(exp.metric) if s else None
+                row.append(fmt_value(st.get("trimmed_mean"), "auto") if st else "-")
+            trows.append(row)
+        lines.append("Seed-style summary: mean of the runs with the fastest and slowest dropped (ms):")
+        lines.append("")
+        lines.append(md_table(["case"] + alloc_names, trows))
+        lines.append("")
+    for metric, title, how in exp.extra_tables:
+        if not any(metric in (summary.get((l, a)) or {}) for l in labels for a in alloc_names):
+            continue
+        erows = []
+        for l in labels:
+            row = [l]
+            for a in alloc_names:
+                s = summary.get((l, a))
+                if how == "probe":
+                    st = s.get(metric) if s else None
+                    loops = s.get("loops") if s else None
+                    row.append("%d/%d" % (st["min"], loops["median"]) if st and loops else "-")
+                else:
+                    row.append(cell_stat(s, metric, how, with_range=False))
+            erows.append(row)
+        lines.append("%s, median:" % title if how != "probe" else "%s, worst run:" % title)
+        lines.append("")
+        lines.append(md_table(["case"] + alloc_names, erows))
+        lines.append("")
+    # Peak RSS of every run.
+    rss_rows = []
+    for l in labels:
+        row = [l]
+        for a in alloc_names:
+            v = med(summary, l, a, "run_maxrss_kb")
+            row.append("-" if v is None else "%.1f" % (v / 1024))
+        rss_rows.append(row)
+    lines.append("<details><summary>Peak RSS per run (MiB, median, from wait4)</summary>")
+    lines.append("")
+    lines.append(md_table(["case"] + alloc_names, rss_rows))
+    lines.append("")
+    lines.append("</details>")
+    lines.append("")
+    if snote:
+        lines.append("Seed context: " + snote)
+        lines.append("")
+    if plot_file:
+        lines.append("![%s](%s)" % (exp.name, os.path.join(plots_dir_rel, plot_file)))
+        lines.append("")
+    return lines
+
+
+def report_fastpath(exp, labels, summary, alloc_names):
+    lines = []
+    header = ["case"] + alloc_names + ["freeway / mimalloc"]
+    rows = []
+    for l in labels:
+        row = [l]
+        for a in alloc_names:
+            v = med(summary, l, a, "instr_per_op")
+            row.append("-" if v is None else "%.1f" % v)
+        fw = med(summary, l, "freeway", "instr_per_op")
+        mi = med(summary, l, "mimalloc", "instr_per_op")
+        row.append(fmt_ratio(ratio(fw, mi)))
+        rows.append(row)
+    lines.append("**Instructions per step** (callgrind, (I(2N) - I(N)) / N):")
+    lines.append("")
+    lines.append(md_table(header, rows))
+    lines.append("")
+    loop = med(summary, "loop", "-", "instr_per_op")
+    if loop is not None:
+        lines.append("The benchmark loop alone costs %.1f instructions per step (included above)." % loop)
+        lines.append("")
+    rrows = []
+    for l in labels:
+        mi = med(summary, l, "mimalloc", "instr_per_op")
+        rrows.append([l] + [fmt_ratio(ratio(med(summary, l, a, "instr_per_op"), mi)) for a in alloc_names])
+    lines.append("Relative to mimalloc (lower is better):")
+    lines.append("")
+    lines.append(md_table(["case"] + alloc_names, rrows))
+    lines.append("")
+    return lines
+
+
+def make_plots(exp, cases, summary, alloc_names, plots_dir):
+    if not exp.plot:
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    groups = []
+    for c in cases:
+        if c.group not in groups:
+            groups.append(c.group)
+    n = len(groups)
+    cols = min(3, n)
+    rows = int(math.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    drawn = False
+    for gi, g in enumerate(groups):
+        ax = axes[gi // cols][gi % cols]
+        gcases = [c for c in cases if c.group == g and c.x is not None]
+        for a in alloc_names:
+            xs, ys, lo, hi = [], [], [], []
+            for c in gcases:
+                s = summary.get((c.label, a))
+                if not s or s.get("skipped") or exp.metric not in s:
+                    continue
+                st = s[exp.metric]
+                xs.append(c.x)
+                ys.append(st["median"])
+                lo.append(st["median"] - st["min"])
+                hi.append(st["max"] - st["median"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=a,
+                            linewidth=2.2 if a == "freeway" else 1.2)
+                drawn = True
+        ax.set_title(g or exp.name, fontsize=10)
+        ax.set_xlabel(exp.xlabel)
+        ax.set_ylabel(exp.metric_label, fontsize=8)
+        ticks = sorted({c.x for c in gcases})
+        ax.set_xticks(ticks)
+        if exp.name == "speed":
+            ax.set_xticklabels(["%d\n%s" % (c.x, c.label.split(", ")[1]) for c in sorted(gcases, key=lambda c: c.x)],
+                               fontsize=7)
+        vals = [v for line in ax.get_lines() for v in line.get_ydata()]
+        if vals and min(vals) > 0 and max(vals) / min(vals) > 30:
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for gi in range(n, rows * cols):
+        axes[gi // cols][gi % cols].axis("off")
+    fig.suptitle("%s - %s" % (exp.name, exp.title), fontsize=11)
+    fig.tight_layout()
+    name = "%s.png" % exp.name
+    if drawn:
+        fig.savefig(os.path.join(plots_dir, name), dpi=90)
+    plt.close(fig)
+    return name if drawn else None
+
+
+def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
+    os.makedirs(out_dir, exist_ok=True)
+    plots_dir = os.path.join(out_dir, "plots")
+    os.makedirs(plots_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"meta": meta, "experiments": exp_meta, "allocators": allocs_info, "notes": notes,
+                   "records": records}, f, indent=1, sort_keys=True)
+    with open(os.path.join(out_dir, "runs.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["exp", "case", "alloc", "rep", "ok", "metric", "value", "run_wall_ms", "run_maxrss_kb",
+                    "error", "argv"])
+        for r in records:
+            exp = EXP_BY_NAME.get(r["exp"])
+            metric = exp.metric if exp else ""
+            w.writerow([r["exp"], r["case"], r["alloc"], r["rep"], int(bool(r["ok"])), metric,
+                        r.get("data", {}).get(metric, ""), r.get("run_wall_ms", ""), r.get("run_maxrss_kb", ""),
+                        r.get("error", ""), r.get("argv", "")])
+    present = [a["name"] for a in allocs_info]
+    alloc_names = [a for a in ALLOC_NAMES if a in present]
+    md = []
+    md.append("# freeway benchmark results (%s pass)" % meta.get("mode", "?"))
+    md.append("")
+    md.append("Generated by `bench/run.py` (see `docs/benchmarks.md`). Every allocator runs the same "
+              "benchmark binaries, swapped in with LD_PRELOAD; repetitions are interleaved across "
+              "allocators; figures are medians with [min-max] of the runs. The machine is small and "
+              "shared, so compare allocators within a table (ratios), not across machines. The seed "
+              "columns are the seed documents' own figures on their hardware and OS, for context only.")
+    md.append("")
+    md.append("## Machine and versions")
+    md.append("")
+    for k in ("date", "nproc", "cpu_model", "memory_gib", "os", "kernel", "glibc", "compiler", "python",
+              "valgrind", "freeway_commit", "freeway_commit_date", "freeway_tree_dirty"):
+        if k in meta:
+            md.append("- %s: %s" % (k, meta[k]))
+    md.append("")
+    md.append(md_table(["allocator", "library", "package", "version", "malloc provided by"],
+                       [[a["name"], a["lib"], a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
+    md.append("")
+    if notes:
+        md.append("Notes:")
+        md.append("")
+        for n in notes:
+            md.append("- " + n)
+        md.append("")
+    summary_rows = []
+    md_sections = []
+    index = []
+    for exp in EXPERIMENTS:
+        recs = [r for r in records if r["exp"] == exp.name]
+        if not recs:
+            continue
+        em = exp_meta.get(exp.name, {})
+        cases = [Case(**c) for c in em.get("cases", [])]
+        summary = summarise(recs, exp)
+        for (case, alloc), s in sorted(summary.items()):
+            st = s.get(exp.metric) or {}
+            summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
+                                 st.get("max", ""), s["ok"], s["runs"], s.get("skipped") or "",
+                                 "; ".join(e for e in s["errors"] if e)])
+        if exp.name == "fastpath":
+            cases_for_report = cases
+        else:
+            cases_for_report = cases
+        plot_file = make_plots(exp, cases_for_report, summary, alloc_names, plots_dir)
+        index.append("- [%s](#%s) %s%s" % (exp.name, anchor("%s: %s%s" % (
+            exp.name, exp.title, (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload")),
+            exp.title, (" (seed `%s`)" % exp.seed) if exp.seed else ""))
+        md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
+    md.append("## Experiments")
+    md.append("")
+    md += index
+    md.append("")
+    md += md_sections
+    with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
+        f.write("\n".join(md).rstrip() + "\n")
+    with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["exp", "case", "alloc", "metric", "median", "min", "max", "ok_runs", "runs", "skipped", "errors"])
+        w.writerows(summary_rows)
+
+
+def anchor(title):
+    a = title.strip().lower()
+    a = re.sub(r"[^\w\- ]", "", a)
+    return a.replace(" ", "-")
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="scaled-down pass (default)")
+    g.add_argument("--full", action="store_true", help="the seeds' own scale")
+    ap.add_argument("--only", default="", help="comma-separated experiments (see --list)")
+    ap.add_argument("--skip", default="", help="comma-separated experiments to leave out")
+    ap.add_argument("--alloc", default="", help="comma-separated allocators: " + ",".join(ALLOC_NAMES))
+    ap.add_argument("--build-dir", default="build", help="the cmake build directory (default: build)")
+    ap.add_argument("--bin-dir", default="", help="where the bench_* programs are (default: BUILD/bench)")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions per point (default 3 quick, 5 full)")
+    ap.add_argument("--scale", type=float, default=0.0, help="work scale for every experiment (1 = seed scale)")
+    ap.add_argument("--out", default="", help="output directory")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other experiments' results already in --out (replace only those re-run)")
+    ap.add_argument("--timeout", type=float, default=0, help="per-run timeout in seconds")
+    ap.add_argument("--list", action="store_true", help="list experiments and allocators, then exit")
+    args = ap.parse_args()
+
+    full = bool(args.full)
+    mode = "full" if full else "quick"
+    build_dir = os.path.abspath(os.path.join(REPO, args.build_dir) if not os.path.isabs(args.build_dir)
+                                else args.build_dir)
+    bin_dir = os.path.abspath(args.bin_dir) if args.bin_dir else os.path.join(build_dir, "bench")
+
+    if args.list:
+        print("experiments:")
+        for e in EXPERIMENTS:
+            print("  %-12s %s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else ""))
+        print("allocators:")
+        for n, lib in PEERS:
+            where = "(C library)" if lib is None else (
+                os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
+            print("  %-10s %s" % (n, rel(where)))
+        return 0
+
+    only = [x for x in args.only.split(",") if x]
+    skip = [x for x in args.skip.split(",") if x]
+    for x in only + skip:
+        if x not in EXP_BY_NAME:
+            ap.error("unknown experiment %r (have: %s)" % (x, ", ".join(EXP_BY_NAME)))
+    wanted_allocs = [x for x in args.alloc.split(",") if x] or ALLOC_NAMES
+    for x in wanted_allocs:
+        if x not in ALLOC_NAMES:
+            ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))
+    exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip]
+    reps = args.reps or (5 if full else 3)
+    timeout = args.timeout or (1800 if full else 300)
+    partial = bool(only or skip or args.alloc or args.scale or args.reps)
+    if args.out:
+        out_dir = os.path.abspath(args.out)
+    elif partial:
+        out_dir = os.path.join(HERE, "out", "%s-%s" % (mode, time.strftime("%Y%m%d-%H%M%S")))
+    else:
+        out_dir = os.path.join(HERE, "results", mode)
+
+    if not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
+        print("benchmark programs not found in %s: build first (scripts/bench.sh does)" % rel(bin_dir),
+              file=sys.stderr)
+        return 1
+
+    notes = []
+    allocs = resolve_allocators(build_dir, wanted_allocs, bin_dir, notes)
+    for n in notes:
+        print("note: " + n, file=sys.stderr)
+    if not allocs:
+        print("no allocator available", file=sys.stderr)
+        return 1
+    with open(os.path.join(HERE, "seed_figures.json")) as f:
+        seeds = json.load(f)
+
+    def binpath(name):
+        return os.path.join(bin_dir, "bench_" + name)
+
+    plan = []
+    total = 0
+    for e in exps:
+        scale = args.scale or (1.0 if full else e.quick_scale)
+        cases = e.cases(binpath, scale, full)
+        plan.append((e, cases, scale))
+        if e.name == "fastpath":
+            total += len(cases) * len(allocs)
+        else:
+            total += len(cases) * len(allocs) * reps
+    meta = machine_info()
+    meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
+    print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
+        mode, len(exps), ", ".join(a["name"] for a in allocs), total, rel(out_dir)), file=sys.stderr)
+
+    records = []
+    exp_meta = {}
+    allocs_info = [{k: v for k, v in a.items() if k != "path"} for a in allocs]
+    if args.merge and os.path.exists(os.path.join(out_dir, "results.json")):
+        with open(os.path.join(out_dir, "results.json")) as f:
+            old = json.load(f)
+        rerun = {e.name for e, _, _ in plan}
+        names = {a["name"] for a in allocs}
+        records = [r for r in old.get("records", []) if r["exp"] not in rerun or r["alloc"] not in names]
+        exp_meta = {k: v for k, v in old.get("experiments", {}).items()}
+        known = {a["name"] for a in allocs_info}
+        allocs_info += [a for a in old.get("allocators", []) if a["name"] not in known]
+        allocs_info.sort(key=lambda a: ALLOC_NAMES.index(a["name"]))
+        notes = list(dict.fromkeys(old.get("notes", []) + notes))
+        meta["merged_from_earlier_runs"] = True
+
+    progress = Progress(total)
+    for e, cases, scale in plan:
+        started = time.monotonic()
+        exp_meta[e.name] = {"date": meta["date"], "scale": scale, "reps": 1 if e.name == "fastpath" else reps,
+                            "freeway_commit": meta["freeway_commit"], "mode": mode,
+                            "cases": [{"label": c.label, "argv": [str(a) for a in c.argv], "group": c.group,
+                                       "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
+        if e.name == "fastpath":
+            run_fastpath(e, cases, allocs, full, timeout, progress, records, notes)
+        else:
+            run_timed(e, cases, allocs, reps, timeout, progress, records)
+        exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
+        progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
+    # Binary paths in the saved case lists are made relative to the repository.
+    for em in exp_meta.values():
+        for c in em.get("cases", []):
+            c["argv"] = [clean_arg(a) for a in c["argv"]]
+    write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds)
+    print("results: %s" % rel(os.path.join(out_dir, "RESULTS.md")), file=sys.stderr)
+    failed = [r for r in records if not r["ok"]]
+    if failed:
+        print("%d run(s) failed; see the errors column of %s" % (len(failed), rel(os.path.join(out_dir, "runs.csv"))),
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
