@@ -115,7 +115,8 @@ struct fw_segment_s {
   fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] (some page free) */
   fw_segment_t *anext;          /* abandoned list */
   uint64_t cookie;              /* cautious mode: proves the header is ours */
-  uint8_t pad1_[256 - 128];
+  uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
+  uint8_t pad1_[256 - 136];
   fw_page_t pages[FW_SLICES];
 };
 _Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");

@@ -118,6 +118,8 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
 
 static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) {
   fw_tld_unlink(tld, seg);
+  /* the arena counts a released chunk as committed until it purges it */
+  if (!seg->direct) fw_stat_add(committed, (size_t)__builtin_popcountll(seg->purged_mask) * fw_slot_bytes(seg));
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
@@ -146,6 +148,10 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
 fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   fw_tld_t *tld = heap->tld;
   fw_segment_t *seg = tld->segments_free[kind];
+  /* Adopt segments that exited threads left behind before mapping more. */
+  for (int i = 0; !seg && i < 8 && fw_segment_reclaim_one(heap); i++) {
+    seg = tld->segments_free[kind];
+  }
   if (!seg) {
     bool is_zero;
     seg = fw_segment_new(tld, kind, 1, &is_zero);
@@ -156,9 +162,10 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   size_t slot = (size_t)__builtin_ctzll(warm ? warm : seg->free_mask);
   uint64_t bit = (uint64_t)1 << slot;
   bool is_zero = !(seg->dirty_mask & bit);
-  if (is_zero && !seg->direct) {
+  if (seg->purged_mask & bit) {
     /* a purged slot becomes committed again as it is touched */
     fw_stat_add(committed, fw_slot_bytes(seg));
+    seg->purged_mask &= ~bit;
   }
   seg->free_mask &= ~bit;
   seg->dirty_mask &= ~bit;
@@ -202,6 +209,7 @@ static void fw_slot_purge(fw_segment_t *seg, size_t slot) {
   fw_os_purge(area, size);
   fw_stat_add(purged, size);
   fw_stat_sub(committed, fw_slot_bytes(seg));
+  seg->purged_mask |= (uint64_t)1 << slot;
 }
 
 void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
@@ -232,6 +240,13 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   }
 }
 
+static void fw_segment_purge_free(fw_segment_t *seg) {
+  uint64_t dirty = seg->dirty_mask & seg->free_mask;
+  for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
+  seg->dirty_mask &= ~dirty;
+  seg->purge_due = 0;
+}
+
 void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   uint64_t next = 0;
   for (fw_segment_t *seg = tld->segments; seg; seg = seg->next) {
@@ -241,9 +256,7 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
       if (!next || seg->purge_due < next) next = seg->purge_due;
       continue;
     }
-    for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
-    seg->dirty_mask &= ~dirty;
-    seg->purge_due = 0;
+    fw_segment_purge_free(seg);
   }
   tld->purge_due = next;
 }
@@ -260,6 +273,8 @@ void fw_segments_abandon(fw_tld_t *tld) {
       fw_segment_free(tld, seg);
     } else {
       fw_tld_unlink(tld, seg);
+      /* nobody will purge for it while it waits: do it now */
+      if (fw_opt(PURGE_DELAY) >= 0) fw_segment_purge_free(seg);
       for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
         fw_page_t *pg = &seg->pages[i];
         if (pg->flags & FW_PF_UNUSED) continue;
