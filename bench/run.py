@@ -8,8 +8,9 @@ allocators, all swapped in with LD_PRELOAD over the same binaries.
     python3 bench/run.py --list             # experiments and allocators
 
 Writes results.json, runs.csv, summary.csv, RESULTS.md and plots/*.png into
-the output directory (default bench/results/quick or bench/results/full for
-a complete pass, bench/out/<time> for a partial one).
+the output directory (default bench/results/quick or bench/results/full). A
+partial run (--only, --skip, --alloc) replaces only what it re-ran and keeps
+the rest of the results already there (unless --no-merge).
 See docs/benchmarks.md.
 """
 import argparse
@@ -302,17 +303,18 @@ class Speed(Experiment):
             "blocks and allocates one of a random size from 256 B to the range's top. CPU usage is "
             "(user+sys)/(wall x cores), as in the seed.")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
-    quick_scale = 0.02
+    quick_scale = 0.04
     TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
              (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
 
     def cases(self, binpath, scale, full):
         out = []
         for t, m, top in self.TABLE:
-            label = "%dT x %s, 256B-%s" % (t, human_count(m), human_size(top))
+            seed_key = "%dT x %s, 256B-%s" % (t, human_count(m), human_size(top))
             ops = scaled(m, scale)
+            label = "%dT x %s, 256B-%s" % (t, human_count(ops), human_size(top))
             out.append(Case(label, [binpath("speed"), "--threads", t, "--ops", ops, "--min", 256, "--max", top],
-                            x=t, seed_key=label))
+                            x=t, seed_key=seed_key))
         return out
 
 
@@ -328,7 +330,7 @@ class Frag(Experiment):
     extra_tables = (("probes_ok", "8 MiB requests that succeeded (of loops)", "probe"),
                     ("rss_alloc_mib", "RSS with every block live (MiB)", "f1"),
                     ("rss_free_mib", "RSS after the free-all (MiB)", "f1"))
-    quick_scale = 0.1
+    quick_scale = 0.06
     LARGE = [(2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (10, 50000, 1280), (12, 15000, 1536)]
     SMALL = [(2, 1000000, 256), (4, 400000, 512), (8, 100000, 1024), (10, 50000, 1280), (12, 25000, 1536)]
 
@@ -337,10 +339,11 @@ class Frag(Experiment):
         out = []
         for table, rows in (("large", self.LARGE), ("small", self.SMALL)):
             for t, n, top in rows:
-                label = "%s: %dT x %s, 128B-%s" % (table, t, human_count(n), human_size(top))
+                seed_key = "%s: %dT x %s, 128B-%s" % (table, t, human_count(n), human_size(top))
+                label = "%s: %dT x %s, 128B-%s" % (table, t, human_count(scaled(n, scale)), human_size(top))
                 out.append(Case(label, [binpath("frag"), "--threads", t, "--ptrs", scaled(n, scale),
                                         "--min", 128, "--max", top, "--loops", loops],
-                                group=table + " table", x=t, seed_key=label))
+                                group=table + " table", x=t, seed_key=seed_key))
         return out
 
 
@@ -354,7 +357,7 @@ class Pools(Experiment):
             "up with dlsym; skipped under other allocators), its shards set to the sub-pool count; "
             "'direct' is malloc/free per operation with no pool.")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
-    quick_scale = 0.04
+    quick_scale = 0.1
     THREADS = [(4, 1000000), (8, 1000000), (16, 300000)]
 
     def cases(self, binpath, scale, full):
@@ -364,12 +367,14 @@ class Pools(Experiment):
             for k in subs:
                 for t, m in self.THREADS:
                     kname = "baseline" if k == 1 else "%d sub-pools" % k
-                    label = "%s %dT x %s %s" % (lst, t, human_count(m), kname)
-                    out.append(Case(label, [binpath("pools"), "--threads", t, "--ops", scaled(m, scale),
+                    seed_key = "%s %dT x %dk %s" % (lst, t, m // 1000, kname)
+                    ops = scaled(m, scale)
+                    label = "%s %dT x %s %s" % (lst, t, human_count(ops), kname)
+                    out.append(Case(label, [binpath("pools"), "--threads", t, "--ops", ops,
                                             "--subpools", k, "--list", lst],
-                                    group="%s, %s" % (lst, kname), x=t, seed_key=label))
+                                    group="%s, %s" % (lst, kname), x=t, seed_key=seed_key))
         for t, m in self.THREADS:
-            label = "direct %dT x %s" % (t, human_count(m))
+            label = "direct %dT x %s" % (t, human_count(scaled(m, scale)))
             out.append(Case(label, [binpath("pools"), "--threads", t, "--ops", scaled(m, scale), "--list", "direct"],
                             group="direct malloc/free", x=t))
         return out
@@ -445,8 +450,9 @@ class Strings(Experiment):
 
     def cases(self, binpath, scale, full):
         n = scaled(10000000, scale)
+        threads = range(1, 9) if full else (1, 2, 3, 4, 6, 8)
         return [Case("%dT x %s" % (t, human_count(n)), [binpath("strings"), "--threads", t, "--iters", n], x=t)
-                for t in range(1, 9)]
+                for t in threads]
 
 
 class Objects(Experiment):
@@ -456,7 +462,7 @@ class Objects(Experiment):
     what = ("A fixed total of objects (new/delete, constructor writes header and last byte, batches of "
             "64) split evenly over 1..8 threads. The ratio table shows time relative to the system "
             "allocator on 1 thread for the same size, as the seed does.")
-    quick_scale = 0.02
+    quick_scale = 0.1
     SIZES = [(128, 20000000), (1024, 10000000), (1 << 20, 200000)]
     relative_to_system_1t = True
 
@@ -464,7 +470,7 @@ class Objects(Experiment):
         out = []
         for size, total in self.SIZES:
             n = scaled(total, scale)
-            for t in range(1, 9):
+            for t in (range(1, 9) if full else (1, 2, 4, 8)):
                 out.append(Case("%s x %s, %dT" % (human_size(size), human_count(n), t),
                                 [binpath("objects"), "--threads", t, "--total", n, "--size", size],
                                 group="%s objects" % human_size(size), x=t))
@@ -571,7 +577,7 @@ class Python(Experiment):
             "allocator under test); 'pymalloc' leaves the interpreter's small-object allocator on.")
     extra_tables = (("run_maxrss_kb", "peak RSS (KiB, from wait4)", "int"),)
     plot = False
-    quick_scale = 0.1
+    quick_scale = 0.05
 
     def cases(self, binpath, scale, full):
         n = scaled(1000000, scale)
@@ -913,14 +919,18 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
                  "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"), meta_exp.get("scale", 1),
                                                          meta_exp.get("reps", 1), exp.name))
     lines.append("")
+    for rr in meta_exp.get("partial_reruns", []):
+        lines.append("Re-run on %s for %s only (freeway commit %s); the other columns come from the run "
+                     "above." % (rr["date"], ", ".join(rr["allocs"]), rr["freeway_commit"][:10]))
+        lines.append("")
     labels = [c.label for c in cases]
     if exp.name == "fastpath":
         return lines + report_fastpath(exp, labels, summary, alloc_names)
     scols, srows, snote = seed_columns(seeds, exp)
-    has_seed = any(l in srows for l in labels)
-    header = ["case"] + alloc_names + ["freeway / best peer"] + (scols if has_seed else [])
+    has_seed = any(c.seed_key in srows for c in cases)
+    header = ["case"] + alloc_names + ["freeway / best peer"] + (["seed: " + c for c in scols] if has_seed else [])
     rows = []
-    for l in labels:
+    for l, case in zip(labels, cases):
         row = [l]
         for a in alloc_names:
             row.append(cell_stat(summary.get((l, a)), exp.metric))
@@ -928,12 +938,13 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         fw = med(summary, l, "freeway", exp.metric)
         row.append(("%s (%s)" % (fmt_ratio(ratio(fw, bp[1])), bp[0])) if (bp and fw is not None) else "-")
         if has_seed:
-            vals = srows.get(l, [])
+            vals = srows.get(case.seed_key, [])
             row += [("%g%%" % v if "CPU" in c else "%g" % v) if i < len(vals) else "" for i, (c, v) in
                     enumerate(zip(scols, vals + [None] * (len(scols) - len(vals))))]
         rows.append(row)
     lines.append("**%s**, median [min-max] of the runs%s:" % (
-        exp.metric_label, "; seed columns: the seed's own figures on its hardware" if has_seed else ""))
+        exp.metric_label, "; 'seed:' columns: the seed's own figures for the row at the seed's scale, on its "
+        "hardware and OS" if has_seed else ""))
     lines.append("")
     lines.append(md_table(header, rows))
     lines.append("")
@@ -1036,7 +1047,23 @@ def report_fastpath(exp, labels, summary, alloc_names):
     lines.append("")
     lines.append(md_table(["case"] + alloc_names, rrows))
     lines.append("")
+    goals = []
+    for l, limit in FASTPATH_GOALS:
+        r = ratio(med(summary, l, "freeway", "instr_per_op"), med(summary, l, "mimalloc", "instr_per_op"))
+        goals.append([l, "<= %.2fx" % limit, fmt_ratio(r), "-" if r is None else ("met" if r <= limit else "NOT met")])
+    lines.append("freeway's goals against mimalloc:")
+    lines.append("")
+    lines.append(md_table(["case", "goal", "freeway / mimalloc", "status"], goals))
+    lines.append("")
     return lines
+
+
+# freeway's instruction-count goals: (case, highest freeway/mimalloc ratio).
+FASTPATH_GOALS = [("pair 64B", 0.45), ("ring 64B", 0.75), ("ring 1KiB", 0.75)]
+
+
+COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green", "tcmalloc": "tab:red",
+           "mimalloc": "tab:purple", "tbb": "tab:brown"}
 
 
 def make_plots(exp, cases, summary, alloc_names, plots_dir):
@@ -1072,7 +1099,7 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir):
                 lo.append(st["median"] - st["min"])
                 hi.append(st["max"] - st["median"])
             if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=a,
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=a, color=COLOURS.get(a),
                             linewidth=2.2 if a == "freeway" else 1.2)
                 drawn = True
         ax.set_title(g or exp.name, fontsize=10)
@@ -1204,8 +1231,9 @@ def main():
     ap.add_argument("--reps", type=int, default=0, help="repetitions per point (default 3 quick, 5 full)")
     ap.add_argument("--scale", type=float, default=0.0, help="work scale for every experiment (1 = seed scale)")
     ap.add_argument("--out", default="", help="output directory")
-    ap.add_argument("--merge", action="store_true",
-                    help="keep the other experiments' results already in --out (replace only those re-run)")
+    ap.add_argument("--no-merge", action="store_true",
+                    help="start the output afresh even for a partial run (by default a partial run keeps the "
+                         "results already in the output directory and replaces only what it re-ran)")
     ap.add_argument("--timeout", type=float, default=0, help="per-run timeout in seconds")
     ap.add_argument("--list", action="store_true", help="list experiments and allocators, then exit")
     args = ap.parse_args()
@@ -1239,13 +1267,8 @@ def main():
     exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip]
     reps = args.reps or (5 if full else 3)
     timeout = args.timeout or (1800 if full else 300)
-    partial = bool(only or skip or args.alloc or args.scale or args.reps)
-    if args.out:
-        out_dir = os.path.abspath(args.out)
-    elif partial:
-        out_dir = os.path.join(HERE, "out", "%s-%s" % (mode, time.strftime("%Y%m%d-%H%M%S")))
-    else:
-        out_dir = os.path.join(HERE, "results", mode)
+    partial = bool(only or skip or args.alloc)
+    out_dir = os.path.abspath(args.out) if args.out else os.path.join(HERE, "results", mode)
 
     if not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
         print("benchmark programs not found in %s: build first (scripts/bench.sh does)" % rel(bin_dir),
@@ -1283,7 +1306,7 @@ def main():
     records = []
     exp_meta = {}
     allocs_info = [{k: v for k, v in a.items() if k != "path"} for a in allocs]
-    if args.merge and os.path.exists(os.path.join(out_dir, "results.json")):
+    if partial and not args.no_merge and os.path.exists(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
             old = json.load(f)
         rerun = {e.name for e, _, _ in plan}
@@ -1295,14 +1318,25 @@ def main():
         allocs_info.sort(key=lambda a: ALLOC_NAMES.index(a["name"]))
         notes = list(dict.fromkeys(old.get("notes", []) + notes))
         meta["merged_from_earlier_runs"] = True
+        for e, _, _ in plan:
+            if e.name in exp_meta and set(wanted_allocs) != set(ALLOC_NAMES):
+                earlier = exp_meta[e.name]
+                exp_meta[e.name] = dict(earlier)
+                exp_meta[e.name]["partial_reruns"] = earlier.get("partial_reruns", []) + [
+                    {"date": meta["date"], "allocs": [a["name"] for a in allocs],
+                     "freeway_commit": meta["freeway_commit"]}]
 
     progress = Progress(total)
     for e, cases, scale in plan:
         started = time.monotonic()
-        exp_meta[e.name] = {"date": meta["date"], "scale": scale, "reps": 1 if e.name == "fastpath" else reps,
+        reruns = exp_meta.get(e.name, {}).get("partial_reruns")
+        first = exp_meta.get(e.name, {}) if reruns else {}
+        exp_meta[e.name] = {"date": first.get("date", meta["date"]), "scale": scale, "reps": 1 if e.name == "fastpath" else reps,
                             "freeway_commit": meta["freeway_commit"], "mode": mode,
                             "cases": [{"label": c.label, "argv": [str(a) for a in c.argv], "group": c.group,
                                        "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
+        if reruns:
+            exp_meta[e.name]["partial_reruns"] = reruns
         if e.name == "fastpath":
             run_fastpath(e, cases, allocs, full, timeout, progress, records, notes)
         else:
