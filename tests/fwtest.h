@@ -1,0 +1,187 @@
+/* fwtest.h — support code shared by freeway's test programs.
+ *
+ * Every test program is built in up to three flavours:
+ *   - FWT_FW (default): calls the fw_* names directly, linked to a freeway
+ *     library (libfreeway.so, or libfreeway-fw.a in sanitizer builds);
+ *   - FWT_STD: calls the standard names (malloc, free, ...) and is linked to
+ *     plain libc; it is run with LD_PRELOAD=libfreeway.so and refuses to run
+ *     when freeway is not the process allocator. The fw_* extensions are
+ *     looked up with dlsym();
+ *   - FWT_STD + FWT_STATIC: standard names, linked to libfreeway.a.
+ *
+ * Tests call the allocator only through the tables A (the standard family)
+ * and X (freeway's extensions), so the compiler cannot fold or drop calls
+ * whose effect is what the test wants to observe.
+ */
+#ifndef FWTEST_H
+#define FWTEST_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "freeway.h"
+
+/* ---- the allocator under test ------------------------------------------ */
+typedef struct fwt_std_api {
+  void *(*malloc)(size_t);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*reallocarray)(void *, size_t, size_t);
+  void (*free)(void *);
+  size_t (*usable_size)(const void *);
+  void *(*aligned_alloc)(size_t, size_t);
+  int (*posix_memalign)(void **, size_t, size_t);
+  void *(*memalign)(size_t, size_t);
+  void *(*valloc)(size_t);
+  void *(*pvalloc)(size_t);
+} fwt_std_api;
+
+typedef struct fwt_ext_api {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+  void (*free_sized)(void *, size_t);
+  void (*free_aligned)(void *, size_t);
+  void (*free_aligned_sized)(void *, size_t, size_t);
+  size_t (*usable_size)(const void *);
+  void *(*malloc_aligned)(size_t, size_t);
+  size_t (*max_alignment)(void);
+  fw_heap_t *(*heap_new)(void);
+  void (*heap_delete)(fw_heap_t *);
+  void (*heap_destroy)(fw_heap_t *);
+  void *(*heap_malloc)(fw_heap_t *, size_t);
+  void *(*heap_calloc)(fw_heap_t *, size_t, size_t);
+  void *(*heap_realloc)(fw_heap_t *, void *, size_t);
+  void *(*heap_malloc_aligned)(fw_heap_t *, size_t, size_t);
+  size_t (*heap_usable_size)(const fw_heap_t *, const void *);
+  void (*heap_collect)(fw_heap_t *, bool);
+  fw_heap_t *(*heap_get_default)(void);
+  bool (*heap_contains)(const fw_heap_t *, const void *);
+  int (*heap_stats)(const fw_heap_t *, fw_heap_stats_t *);
+  void (*heap_visit)(const fw_heap_t *, fw_block_visitor_t *, void *);
+  void (*collect)(bool);
+  int (*stats_get)(fw_stats_t *);
+  void (*stats_print)(int);
+  long (*option_get)(const char *);
+  int (*option_set)(const char *, long);
+  const char *(*version_string)(void);
+} fwt_ext_api;
+
+extern fwt_std_api A;
+extern fwt_ext_api X;
+/* "fw", "preload" or "static": how this program reaches the allocator. */
+extern const char *fwt_flavour;
+
+/* ---- checks ------------------------------------------------------------ */
+/* Prints the failed condition (with errno) and aborts the process. */
+__attribute__((noreturn, format(printf, 4, 5))) void fwt_fail(const char *file, int line,
+                                                              const char *cond, const char *fmt, ...);
+extern atomic_ulong fwt_checks;
+
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) fwt_fail(__FILE__, __LINE__, #cond, NULL);                \
+    atomic_fetch_add_explicit(&fwt_checks, 1, memory_order_relaxed);       \
+  } while (0)
+#define CHECKF(cond, ...)                                                  \
+  do {                                                                     \
+    if (!(cond)) fwt_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);         \
+    atomic_fetch_add_explicit(&fwt_checks, 1, memory_order_relaxed);       \
+  } while (0)
+
+/* ---- sections ---------------------------------------------------------- */
+typedef struct fwt_section {
+  const char *name;
+  void (*run)(void);
+} fwt_section;
+
+/* Sets up A and X for the flavour (FWT_STD: proves freeway is preloaded),
+ * then runs the section named by argv[1] ("all" or none: every one). */
+int fwt_main(int argc, char **argv, const fwt_section *sections, size_t count);
+#define FWT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Prints a progress line (stdout, flushed). */
+__attribute__((format(printf, 1, 2))) void fwt_log(const char *fmt, ...);
+
+/* ---- patterns ---------------------------------------------------------- */
+static inline uint64_t fwt_mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+/* A seed for a block from its address and size (and an optional salt). */
+static inline uint64_t fwt_seed(const void *p, size_t n, uint64_t salt) {
+  return fwt_mix((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull ^ (uint64_t)n ^ (salt << 48));
+}
+/* Fills n bytes with a pattern that depends on seed and on the offset. */
+void fwt_fill(void *p, size_t n, uint64_t seed);
+/* Returns the offset of the first byte that differs from fwt_fill's
+ * pattern, or SIZE_MAX if all n bytes match. */
+size_t fwt_verify(const void *p, size_t n, uint64_t seed);
+/* Offset of the first non-zero byte, or SIZE_MAX. */
+size_t fwt_find_nonzero(const void *p, size_t n);
+
+#define CHECK_PATTERN(p, n, seed)                                                    \
+  do {                                                                               \
+    size_t fwt_off_ = fwt_verify((p), (n), (seed));                                  \
+    CHECKF(fwt_off_ == SIZE_MAX, "block %p (%zu bytes): pattern differs at offset %zu", \
+           (const void *)(p), (size_t)(n), fwt_off_);                                \
+  } while (0)
+#define CHECK_ZERO(p, n)                                                             \
+  do {                                                                               \
+    size_t fwt_off_ = fwt_find_nonzero((p), (n));                                    \
+    CHECKF(fwt_off_ == SIZE_MAX, "block %p (%zu bytes): non-zero byte at offset %zu", \
+           (const void *)(p), (size_t)(n), fwt_off_);                                \
+  } while (0)
+
+static inline bool fwt_aligned(const void *p, size_t a) {
+  return ((uintptr_t)p & (a - 1)) == 0;
+}
+/* The alignment C17 requires of malloc(n): that of any object of size <= n
+ * with a fundamental alignment, i.e. min(alignof(max_align_t), the largest
+ * power of two <= n). */
+size_t fwt_min_align(size_t n);
+
+/* ---- random numbers (per thread, xorshift64*) --------------------------- */
+typedef struct fwt_rng { uint64_t s; } fwt_rng;
+static inline void fwt_rng_init(fwt_rng *r, uint64_t seed) { r->s = fwt_mix(seed + 0x1234567ull) | 1; }
+static inline uint64_t fwt_next(fwt_rng *r) {
+  r->s ^= r->s >> 12;
+  r->s ^= r->s << 25;
+  r->s ^= r->s >> 27;
+  return r->s * 0x2545f4914f6cdd1dull;
+}
+/* Uniform in [lo, hi]. */
+static inline size_t fwt_range(fwt_rng *r, size_t lo, size_t hi) {
+  return lo + (size_t)(fwt_next(r) % (uint64_t)(hi - lo + 1));
+}
+/* A block size: mostly small, sometimes medium, rarely large (<= max_large). */
+size_t fwt_random_size(fwt_rng *r, size_t max_large);
+
+/* ---- process facts ------------------------------------------------------- */
+size_t fwt_rss(void);       /* resident bytes, from /proc/self/statm */
+size_t fwt_vm_size(void);   /* mapped bytes, from /proc/self/statm */
+size_t fwt_page_size(void);
+/* n scaled by the FWT_SCALE environment variable (percent, default 100),
+ * never below 1. Sanitizer builds run the heavy tests scaled down. */
+size_t fwt_scaled(size_t n);
+/* fw_stats_get through X, with the size field set and the result checked. */
+void fwt_stats(fw_stats_t *out);
+/* mmap'd scratch memory for bookkeeping arrays, kept apart from the heap
+ * under test. */
+void *fwt_scratch(size_t bytes);
+void fwt_scratch_free(void *p, size_t bytes);
+
+#endif

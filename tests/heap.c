@@ -1,0 +1,678 @@
+/* heap.c — the heap API: fw_heap_new/delete/destroy, allocation from a
+ * heap, usable size, contains, stats, visit, collect; many heaps; blocks of
+ * a heap freed by other threads; misuse from another thread in cautious
+ * mode. */
+#include "fwtest.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct blk {
+  char *p;
+  size_t n;
+} blk;
+
+static uint64_t bseed(const blk *b) { return fwt_seed(b->p, b->n, 0x4ea9); }
+static void bfill(blk *b) { fwt_fill(b->p, b->n, bseed(b)); }
+static void bcheck(const blk *b) { CHECK_PATTERN(b->p, b->n, bseed(b)); }
+
+static void heap_stats(const fw_heap_t *h, fw_heap_stats_t *s) {
+  memset(s, 0, sizeof *s);
+  s->size = sizeof *s;
+  CHECK(X.heap_stats(h, s) == 0);
+}
+
+/* ---- allocation from a heap, contains, usable size -------------------------- */
+static void t_basic(void) {
+  fw_heap_t *def = X.heap_get_default();
+  CHECK(def != NULL);
+  CHECK(X.heap_get_default() == def);
+  fw_heap_t *h = X.heap_new(), *g = X.heap_new();
+  CHECK(h != NULL && g != NULL && h != g && h != def);
+  enum { N = 3000 };
+  blk *b = fwt_scratch(N * sizeof *b);
+  fwt_rng r;
+  fwt_rng_init(&r, 3);
+  for (size_t i = 0; i < N; i++) {
+    size_t n = i < 8 ? ((size_t)1 << (i + 16)) : fwt_random_size(&r, 1 << 20);
+    b[i] = (blk){X.heap_malloc(h, n), n};
+    CHECKF(b[i].p != NULL, "fw_heap_malloc(%zu)", n);
+    CHECK(fwt_aligned(b[i].p, 8));
+    size_t u = X.heap_usable_size(h, b[i].p);
+    CHECKF(u >= n, "fw_heap_usable_size = %zu for %zu bytes", u, n);
+    CHECK(X.usable_size(b[i].p) == u);
+    CHECKF(X.heap_usable_size(g, b[i].p) == 0, "block of one heap has a usable size in another");
+    CHECK(X.heap_usable_size(def, b[i].p) == 0);
+    CHECK(X.heap_contains(h, b[i].p));
+    CHECK(!X.heap_contains(g, b[i].p));
+    CHECK(!X.heap_contains(def, b[i].p));
+    bfill(&b[i]);
+  }
+  void *d = X.malloc(100);
+  CHECK(d != NULL);
+  CHECK(X.heap_contains(def, d));
+  CHECK(!X.heap_contains(h, d));
+  CHECK(X.heap_usable_size(h, d) == 0);
+  X.free(d);
+  /* Pointers that are not blocks at all. */
+  int local;
+  CHECK(!X.heap_contains(h, &local));
+  CHECK(!X.heap_contains(h, NULL));
+  CHECK(X.heap_usable_size(h, NULL) == 0);
+  for (size_t i = 0; i < N; i++) bcheck(&b[i]);
+  /* A freed block is no longer contained. */
+  for (size_t i = 0; i < N; i += 2) {
+    void *p = b[i].p;
+    X.free(p);
+    CHECKF(!X.heap_contains(h, p), "freed block %p still reported live", p);
+  }
+  for (size_t i = 1; i < N; i += 2) {
+    bcheck(&b[i]);
+    X.free(b[i].p);
+  }
+  X.heap_destroy(g);
+  X.heap_destroy(h);
+  fwt_scratch_free(b, N * sizeof *b);
+}
+
+/* ---- calloc, realloc and aligned allocation from a heap --------------------- */
+static void t_calloc_realloc(void) {
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  size_t sizes[] = {1, 7, 16, 100, 1000, 4096, 10000, 70000, 200000, (size_t)3 << 20,
+                    (size_t)9 << 20};
+  for (size_t i = 0; i < FWT_COUNT(sizes); i++) {
+    size_t n = sizes[i];
+    /* Dirty memory, free it, calloc it back. */
+    void *v[8];
+    for (int k = 0; k < 8; k++) {
+      v[k] = X.heap_malloc(h, n);
+      CHECK(v[k] != NULL);
+      memset(v[k], 0xee, X.heap_usable_size(h, v[k]));
+    }
+    for (int k = 7; k >= 0; k--) X.free(v[k]);
+    for (int k = 0; k < 8; k++) {
+      v[k] = X.heap_calloc(h, 1, n);
+      CHECKF(v[k] != NULL, "fw_heap_calloc(1, %zu)", n);
+      CHECK_ZERO(v[k], n);
+      CHECK(X.heap_contains(h, v[k]));
+    }
+    for (int k = 0; k < 8; k++) X.free(v[k]);
+  }
+  errno = 0;
+  void *p = X.heap_calloc(h, 65537, 281470681808896ull);
+  CHECKF(p == NULL && errno == ENOMEM, "fw_heap_calloc overflow not caught (%p)", p);
+  errno = 0;
+  p = X.heap_malloc(h, SIZE_MAX / 2);
+  CHECKF(p == NULL && errno == ENOMEM, "fw_heap_malloc(SIZE_MAX / 2) = %p", p);
+
+  /* realloc keeps contents and the heap. */
+  for (size_t i = 0; i < FWT_COUNT(sizes); i++) {
+    for (size_t j = 0; j < FWT_COUNT(sizes); j++) {
+      size_t a = sizes[i], b = sizes[j], keep = a < b ? a : b;
+      char *q = X.heap_malloc(h, a);
+      CHECK(q != NULL);
+      fwt_fill(q, keep, a * 31 + b);
+      char *r = X.heap_realloc(h, q, b);
+      CHECKF(r != NULL, "fw_heap_realloc(%zu -> %zu)", a, b);
+      CHECK_PATTERN(r, keep, a * 31 + b);
+      CHECK(X.heap_usable_size(h, r) >= b);
+      CHECKF(X.heap_contains(h, r), "fw_heap_realloc(%zu -> %zu) left the heap", a, b);
+      X.free(r);
+    }
+  }
+  char *q = X.heap_realloc(h, NULL, 500);
+  CHECK(q != NULL && X.heap_contains(h, q));
+  fwt_fill(q, 500, 1);
+  errno = 0;
+  CHECK(X.heap_realloc(h, q, SIZE_MAX - 100) == NULL && errno == ENOMEM);
+  CHECK_PATTERN(q, 500, 1);
+  X.free(q);
+
+  /* Aligned allocation from a heap. */
+  size_t maxa = X.max_alignment();
+  for (size_t a = 1; a <= maxa; a *= 2) {
+    size_t ns[] = {1, a, a + 1, 2 * a + 3};
+    for (size_t k = 0; k < FWT_COUNT(ns); k++) {
+      char *r = X.heap_malloc_aligned(h, ns[k], a);
+      CHECKF(r != NULL && fwt_aligned(r, a), "fw_heap_malloc_aligned(%zu, %zu) = %p", ns[k], a,
+             (void *)r);
+      CHECK(X.heap_contains(h, r));
+      CHECK(X.heap_usable_size(h, r) >= ns[k]);
+      fwt_fill(r, ns[k], a);
+      CHECK_PATTERN(r, ns[k], a);
+      X.free_aligned(r, a);
+    }
+  }
+  errno = 0;
+  CHECK(X.heap_malloc_aligned(h, 64, 48) == NULL && errno == EINVAL);
+  X.heap_destroy(h);
+}
+
+/* ---- heap statistics --------------------------------------------------------- */
+static void t_stats(void) {
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  CHECK(s.size == sizeof s);
+  CHECKF(s.blocks_live == 0 && s.bytes_live == 0, "new heap: %zu blocks, %zu bytes live",
+         s.blocks_live, s.bytes_live);
+  enum { N = 5000 };
+  blk *b = fwt_scratch(N * sizeof *b);
+  fwt_rng r;
+  fwt_rng_init(&r, 8);
+  size_t live = 0, peak_seen = 0;
+  for (size_t i = 0; i < N; i++) {
+    size_t n = i % 1000 == 999 ? ((size_t)1 << 20) * (i / 1000 + 1) : fwt_random_size(&r, 1 << 20);
+    b[i] = (blk){X.heap_malloc(h, n), n};
+    CHECK(b[i].p != NULL);
+    live += X.heap_usable_size(h, b[i].p);
+    if (i % 500 == 0) {
+      heap_stats(h, &s);
+      CHECKF(s.blocks_live == i + 1, "blocks_live %zu, want %zu", s.blocks_live, i + 1);
+      CHECKF(s.bytes_live == live, "bytes_live %zu, want %zu", s.bytes_live, live);
+      CHECKF(s.bytes_peak >= s.bytes_live, "bytes_peak %zu < bytes_live %zu", s.bytes_peak, s.bytes_live);
+      peak_seen = s.bytes_live;
+    }
+  }
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == N, "blocks_live %zu, want %d", s.blocks_live, (int)N);
+  CHECKF(s.bytes_live == live, "bytes_live %zu, want %zu", s.bytes_live, live);
+  CHECK(s.bytes_peak >= live);
+  CHECK(s.pages >= 1);
+  CHECKF(s.bytes_reserved >= s.bytes_live, "bytes_reserved %zu < bytes_live %zu", s.bytes_reserved,
+         s.bytes_live);
+  peak_seen = live;
+  /* Owner frees: exact at once. */
+  for (size_t i = 0; i < N; i += 2) {
+    live -= X.heap_usable_size(h, b[i].p);
+    X.free(b[i].p);
+  }
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == N / 2, "after freeing half: blocks_live %zu", s.blocks_live);
+  CHECKF(s.bytes_live == live, "after freeing half: bytes_live %zu, want %zu", s.bytes_live, live);
+  CHECKF(s.bytes_peak >= peak_seen, "bytes_peak %zu fell below a bytes_live seen (%zu)", s.bytes_peak,
+         peak_seen);
+  /* The default heap's statistics are separate. */
+  fw_heap_stats_t d;
+  heap_stats(X.heap_get_default(), &d);
+  void *extra = X.malloc(1000);
+  fw_heap_stats_t d2;
+  heap_stats(X.heap_get_default(), &d2);
+  CHECK(d2.blocks_live == d.blocks_live + 1);
+  heap_stats(h, &s);
+  CHECK(s.blocks_live == N / 2);
+  X.free(extra);
+  for (size_t i = 1; i < N; i += 2) X.free(b[i].p);
+  heap_stats(h, &s);
+  CHECK(s.blocks_live == 0 && s.bytes_live == 0);
+  X.heap_destroy(h);
+  fwt_scratch_free(b, N * sizeof *b);
+}
+
+/* ---- walking the blocks of a heap ------------------------------------------- */
+typedef struct visit_state {
+  const void **seen;
+  size_t count, cap, stop_after;
+  bool size_ok;
+  const fw_heap_t *heap;
+} visit_state;
+
+static bool visitor(const void *block, size_t usable, void *arg) {
+  visit_state *v = arg;
+  if (v->count < v->cap) v->seen[v->count] = block;
+  v->count++;
+  if (X.heap_usable_size(v->heap, block) != usable) v->size_ok = false;
+  return v->stop_after == 0 || v->count < v->stop_after;
+}
+
+static int cmp_cptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void t_visit(void) {
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  enum { N = 4000 };
+  const void **mine = fwt_scratch(N * sizeof *mine);
+  const void **seen = fwt_scratch(2 * N * sizeof *seen);
+  fwt_rng r;
+  fwt_rng_init(&r, 4);
+  for (size_t i = 0; i < N; i++) {
+    mine[i] = X.heap_malloc(h, fwt_random_size(&r, 2 << 20));
+    CHECK(mine[i] != NULL);
+  }
+  visit_state v = {seen, 0, 2 * N, 0, true, h};
+  X.heap_visit(h, visitor, &v);
+  CHECKF(v.count == N, "visited %zu blocks, the heap has %d", v.count, (int)N);
+  CHECK(v.size_ok);
+  qsort(mine, N, sizeof *mine, cmp_cptr);
+  qsort(seen, N, sizeof *seen, cmp_cptr);
+  for (size_t i = 0; i < N; i++) CHECKF(seen[i] == mine[i], "visited %p, not a live block", seen[i]);
+  /* Stopping early. */
+  visit_state w = {seen, 0, 2 * N, 7, true, h};
+  X.heap_visit(h, visitor, &w);
+  CHECKF(w.count == 7, "visit went on after the visitor returned false (%zu calls)", w.count);
+  /* Freed blocks are not visited. */
+  for (size_t i = 0; i < N; i += 3) X.free((void *)mine[i]);
+  visit_state u = {seen, 0, 2 * N, 0, true, h};
+  X.heap_visit(h, visitor, &u);
+  CHECKF(u.count == N - (N + 2) / 3, "visited %zu blocks after frees, want %d", u.count,
+         (int)(N - (N + 2) / 3));
+  X.heap_destroy(h);
+  fwt_scratch_free(mine, N * sizeof *mine);
+  fwt_scratch_free(seen, 2 * N * sizeof *seen);
+}
+
+/* ---- delete keeps blocks, destroy frees them ---------------------------------- */
+static void t_delete(void) {
+  enum { N = 3000 };
+  blk *b = fwt_scratch(N * sizeof *b);
+  fwt_rng r;
+  fwt_rng_init(&r, 6);
+  for (int round = 0; round < 5; round++) {
+    fw_heap_t *h = X.heap_new();
+    CHECK(h != NULL);
+    for (size_t i = 0; i < N; i++) {
+      size_t n = fwt_random_size(&r, 3 << 20);
+      b[i] = (blk){X.heap_malloc(h, n), n};
+      CHECK(b[i].p != NULL);
+      bfill(&b[i]);
+    }
+    X.heap_delete(h);
+    fw_heap_t *def = X.heap_get_default();
+    for (size_t i = 0; i < N; i++) {
+      bcheck(&b[i]);
+      CHECK(X.usable_size(b[i].p) >= b[i].n);
+      CHECKF(X.heap_contains(def, b[i].p), "after fw_heap_delete block %p is not in the default heap",
+             (void *)b[i].p);
+    }
+    /* A new heap (perhaps at the same address) owns none of them. */
+    fw_heap_t *h2 = X.heap_new();
+    CHECK(h2 != NULL);
+    for (size_t i = 0; i < N; i++) CHECK(!X.heap_contains(h2, b[i].p));
+    /* The blocks can be reallocated and freed as usual. */
+    for (size_t i = 0; i < N; i++) {
+      if (i % 3 == 0) {
+        size_t n = fwt_random_size(&r, 1 << 20), keep = n < b[i].n ? n : b[i].n;
+        char *q = X.heap_realloc(def, b[i].p, n);
+        CHECK(q != NULL);
+        CHECK_PATTERN(q, keep, bseed(&b[i]));
+        b[i] = (blk){q, n};
+        bfill(&b[i]);
+      }
+    }
+    for (size_t i = 0; i < N; i++) {
+      bcheck(&b[i]);
+      X.free(b[i].p);
+    }
+    X.heap_destroy(h2);
+  }
+  fwt_scratch_free(b, N * sizeof *b);
+}
+
+static void t_destroy(void) {
+  fw_stats_t s0, s1, s2;
+  X.collect(true);
+  fwt_stats(&s0);
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  fwt_stats(&s1);
+  CHECKF(s1.heaps == s0.heaps + 1, "heaps %zu -> %zu after fw_heap_new", s0.heaps, s1.heaps);
+  /* About 256 MiB, touched, in blocks of every kind. */
+  size_t total = 0, count = 0;
+  fwt_rng r;
+  fwt_rng_init(&r, 12);
+  void *first = NULL;
+  while (total < ((size_t)256 << 20)) {
+    size_t n = count % 50 == 49 ? ((size_t)6 << 20) : fwt_random_size(&r, 1 << 20);
+    char *p = (count % 7 == 0) ? X.heap_malloc_aligned(h, n, 4096) : X.heap_malloc(h, n);
+    CHECK(p != NULL);
+    if (!first) first = p;
+    memset(p, 0x3c, n);
+    total += n;
+    count++;
+  }
+  size_t rss1 = fwt_rss();
+  /* And one block big enough for a mapping of its own. */
+  size_t hsz = (size_t)512 << 20;
+  char *hb = X.heap_malloc(h, hsz);
+  CHECK(hb != NULL && X.heap_contains(h, hb));
+  memset(hb, 1, 4096);
+  memset(hb + hsz - 4096, 1, 4096);
+  fwt_stats(&s1);
+  CHECKF(s1.huge_allocs >= s0.huge_allocs + 1, "huge_allocs %zu -> %zu after a 512 MiB block",
+         s0.huge_allocs, s1.huge_allocs);
+  CHECKF(s1.bytes_committed >= s0.bytes_committed + total,
+         "bytes_committed %zu -> %zu after allocating %zu bytes", s0.bytes_committed,
+         s1.bytes_committed, total);
+  X.heap_destroy(h);
+  X.collect(true);
+  fwt_stats(&s2);
+  size_t rss2 = fwt_rss();
+  fwt_log("destroy: %zu blocks, %zu MiB; committed %zu -> %zu -> %zu MiB; rss %zu -> %zu MiB", count,
+          total >> 20, s0.bytes_committed >> 20, s1.bytes_committed >> 20, s2.bytes_committed >> 20,
+          rss1 >> 20, rss2 >> 20);
+  CHECKF(s2.heaps == s0.heaps, "heaps %zu after destroy, %zu before new", s2.heaps, s0.heaps);
+  CHECKF(s2.huge_allocs == s0.huge_allocs, "huge_allocs %zu after destroying the heap (before: %zu)",
+         s2.huge_allocs, s0.huge_allocs);
+  CHECKF(s2.bytes_reserved + hsz <= s1.bytes_reserved, "reserved %zu MiB -> %zu MiB: the 512 MiB block was not unmapped",
+         s1.bytes_reserved >> 20, s2.bytes_reserved >> 20);
+  CHECKF(s2.bytes_committed <= s0.bytes_committed + total / 8,
+         "fw_heap_destroy + fw_collect(true) left %zu MiB committed (%zu MiB before)",
+         s2.bytes_committed >> 20, s0.bytes_committed >> 20);
+  CHECKF(rss2 + total / 2 <= rss1, "RSS %zu MiB -> %zu MiB: destroy did not give the memory back",
+         rss1 >> 20, rss2 >> 20);
+  fw_heap_t *h3 = X.heap_new();
+  CHECK(!X.heap_contains(h3, first));
+  X.heap_destroy(h3);
+}
+
+/* ---- collect ---------------------------------------------------------------- */
+static void t_collect(void) {
+  fw_heap_t *h = X.heap_new();
+  enum { N = 2000 };
+  blk b[N];
+  fwt_rng r;
+  fwt_rng_init(&r, 13);
+  for (size_t i = 0; i < N; i++) {
+    b[i].n = fwt_random_size(&r, 256 << 10);
+    b[i].p = X.heap_malloc(h, b[i].n);
+    CHECK(b[i].p);
+    bfill(&b[i]);
+  }
+  X.heap_collect(h, false);
+  for (size_t i = 0; i < N; i++) bcheck(&b[i]);
+  for (size_t i = 0; i < N; i += 2) X.free(b[i].p);
+  X.heap_collect(h, true);
+  for (size_t i = 1; i < N; i += 2) bcheck(&b[i]);
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  CHECK(s.blocks_live == N / 2);
+  for (size_t i = 1; i < N; i += 2) X.free(b[i].p);
+  X.heap_collect(h, true);
+  heap_stats(h, &s);
+  CHECK(s.blocks_live == 0);
+  /* The heap still works after being emptied. */
+  void *p = X.heap_malloc(h, 100);
+  CHECK(p && X.heap_contains(h, p));
+  X.heap_destroy(h);
+}
+
+/* ---- ten thousand heaps -------------------------------------------------------- */
+static void t_many(void) {
+  fw_stats_t base, at1k, end;
+  fwt_stats(&base);
+  fwt_rng r;
+  fwt_rng_init(&r, 21);
+  size_t total = fwt_scaled(10000);
+  for (size_t i = 0; i < total; i++) {
+    fw_heap_t *h = X.heap_new();
+    CHECKF(h != NULL, "fw_heap_new failed at heap %zu", i);
+    blk b[10];
+    for (int k = 0; k < 10; k++) {
+      b[k].n = k == 9 ? 65536 + (size_t)i : fwt_random_size(&r, 64 << 10);
+      b[k].p = (k % 3 == 0) ? X.heap_calloc(h, 1, b[k].n) : X.heap_malloc(h, b[k].n);
+      CHECK(b[k].p);
+      bfill(&b[k]);
+    }
+    for (int k = 0; k < 10; k++) bcheck(&b[k]);
+    if (i % 2) {
+      X.heap_destroy(h);
+    } else {
+      X.heap_delete(h);
+      for (int k = 0; k < 10; k++) {
+        bcheck(&b[k]);
+        X.free(b[k].p);
+      }
+    }
+    if (i + 1 == total / 10) fwt_stats(&at1k);
+  }
+  fwt_stats(&end);
+  fwt_log("many: %zu heaps; committed %zu / %zu / %zu MiB, segments %zu / %zu / %zu", total,
+          base.bytes_committed >> 20, at1k.bytes_committed >> 20, end.bytes_committed >> 20,
+          base.segments, at1k.segments, end.segments);
+  CHECKF(end.heaps == base.heaps, "heaps: %zu before, %zu after creating and destroying %zu",
+         base.heaps, end.heaps, total);
+  CHECKF(end.bytes_committed <= at1k.bytes_committed + at1k.bytes_committed / 4 + ((size_t)32 << 20),
+         "committed memory grew from %zu MiB to %zu MiB over %zu heaps", at1k.bytes_committed >> 20,
+         end.bytes_committed >> 20, total);
+  CHECKF(end.segments <= at1k.segments + at1k.segments / 4 + 8, "segments grew from %zu to %zu",
+         at1k.segments, end.segments);
+
+  /* A thousand live at once. */
+  enum { L = 1000 };
+  fw_heap_t **hs = fwt_scratch(L * sizeof *hs);
+  blk *bs = fwt_scratch(L * 5 * sizeof *bs);
+  for (size_t i = 0; i < L; i++) {
+    hs[i] = X.heap_new();
+    CHECK(hs[i] != NULL);
+    for (int k = 0; k < 5; k++) {
+      blk *b = &bs[i * 5 + (size_t)k];
+      b->n = fwt_random_size(&r, 128 << 10);
+      b->p = X.heap_malloc(hs[i], b->n);
+      CHECK(b->p);
+      bfill(b);
+    }
+  }
+  for (size_t i = 0; i < L; i++) {
+    for (int k = 0; k < 5; k++) {
+      blk *b = &bs[i * 5 + (size_t)k];
+      bcheck(b);
+      CHECK(X.heap_contains(hs[i], b->p));
+      CHECK(!X.heap_contains(hs[(i + 1) % L], b->p));
+    }
+  }
+  for (size_t i = 0; i < L; i++) {
+    size_t j = (i * 7919) % L; /* a scattered order */
+    X.heap_destroy(hs[j]);
+  }
+  fwt_stats(&end);
+  CHECK(end.heaps == base.heaps);
+  fwt_scratch_free(hs, L * sizeof *hs);
+  fwt_scratch_free(bs, L * 5 * sizeof *bs);
+}
+
+/* ---- blocks freed by other threads, then the heap destroyed or deleted -------- */
+enum { RN = 20000, RT = 4 };
+typedef struct remote_job {
+  blk *b;
+  size_t from, to, step;
+  pthread_barrier_t *go;
+} remote_job;
+
+static void *remote_free(void *arg) {
+  remote_job *j = arg;
+  if (j->go) pthread_barrier_wait(j->go);
+  for (size_t i = j->from; i < j->to; i += j->step) {
+    bcheck(&j->b[i]);
+    X.free(j->b[i].p);
+    j->b[i].p = NULL;
+  }
+  return NULL;
+}
+
+static void t_remote_destroy(void) {
+  blk *b = fwt_scratch(RN * sizeof *b);
+  fwt_rng r;
+  fwt_rng_init(&r, 31);
+  for (int round = 0; round < 4; round++) {
+    fw_heap_t *h = X.heap_new();
+    CHECK(h);
+    for (size_t i = 0; i < RN; i++) {
+      b[i].n = fwt_random_size(&r, 1 << 20);
+      b[i].p = X.heap_malloc(h, b[i].n);
+      CHECK(b[i].p);
+      bfill(&b[i]);
+    }
+    /* Threads free the even blocks while the owner allocates more. */
+    pthread_t t[RT];
+    remote_job jobs[RT];
+    for (int k = 0; k < RT; k++) {
+      jobs[k] = (remote_job){b, (size_t)k * 2, RN, 2 * RT, NULL};
+      CHECK(pthread_create(&t[k], NULL, remote_free, &jobs[k]) == 0);
+    }
+    blk extra[500];
+    for (int k = 0; k < 500; k++) {
+      extra[k].n = fwt_random_size(&r, 64 << 10);
+      extra[k].p = X.heap_malloc(h, extra[k].n);
+      CHECK(extra[k].p);
+      bfill(&extra[k]);
+    }
+    for (int k = 0; k < RT; k++) CHECK(pthread_join(t[k], NULL) == 0);
+    for (size_t i = 1; i < RN; i += 2) bcheck(&b[i]);
+    for (int k = 0; k < 500; k++) bcheck(&extra[k]);
+    X.heap_collect(h, false);
+    fw_heap_stats_t s;
+    heap_stats(h, &s);
+    CHECKF(s.blocks_live == RN / 2 + 500,
+           "after remote frees and collect: blocks_live %zu, want %d", s.blocks_live,
+           (int)(RN / 2 + 500));
+    if (round % 2) {
+      X.heap_destroy(h); /* the odd blocks go with it */
+    } else {
+      /* Free a few more remotely with no collect, then destroy. */
+      remote_job j = {b, 1, RN / 2, 2, NULL};
+      pthread_t t1;
+      CHECK(pthread_create(&t1, NULL, remote_free, &j) == 0);
+      CHECK(pthread_join(t1, NULL) == 0);
+      X.heap_destroy(h);
+    }
+    /* The allocator is still sound. */
+    for (size_t i = 0; i < 2000; i++) {
+      b[i].n = fwt_random_size(&r, 1 << 20);
+      b[i].p = X.malloc(b[i].n);
+      CHECK(b[i].p);
+      bfill(&b[i]);
+    }
+    for (size_t i = 0; i < 2000; i++) {
+      bcheck(&b[i]);
+      X.free(b[i].p);
+    }
+  }
+  fwt_scratch_free(b, RN * sizeof *b);
+}
+
+static void t_remote_delete(void) {
+  blk *b = fwt_scratch(RN * sizeof *b);
+  fwt_rng r;
+  fwt_rng_init(&r, 41);
+  for (int round = 0; round < 4; round++) {
+    fw_heap_t *h = X.heap_new();
+    CHECK(h);
+    for (size_t i = 0; i < RN; i++) {
+      b[i].n = fwt_random_size(&r, 1 << 20);
+      b[i].p = X.heap_malloc(h, b[i].n);
+      CHECK(b[i].p);
+      bfill(&b[i]);
+    }
+    /* The blocks stay valid across fw_heap_delete, so other threads may free
+     * them while it runs. */
+    pthread_barrier_t go;
+    CHECK(pthread_barrier_init(&go, NULL, RT + 1) == 0);
+    pthread_t t[RT];
+    remote_job jobs[RT];
+    for (int k = 0; k < RT; k++) {
+      jobs[k] = (remote_job){b, (size_t)k * 2, RN, 2 * RT, &go};
+      CHECK(pthread_create(&t[k], NULL, remote_free, &jobs[k]) == 0);
+    }
+    pthread_barrier_wait(&go);
+    X.heap_delete(h);
+    for (int k = 0; k < RT; k++) CHECK(pthread_join(t[k], NULL) == 0);
+    pthread_barrier_destroy(&go);
+    for (size_t i = 1; i < RN; i += 2) {
+      bcheck(&b[i]);
+      CHECK(X.heap_contains(X.heap_get_default(), b[i].p));
+    }
+    /* Free the rest from another thread as well. */
+    remote_job j = {b, 1, RN, 2, NULL};
+    pthread_t t1;
+    CHECK(pthread_create(&t1, NULL, remote_free, &j) == 0);
+    CHECK(pthread_join(t1, NULL) == 0);
+    X.collect(false);
+  }
+  fwt_scratch_free(b, RN * sizeof *b);
+}
+
+/* ---- allocating from another thread's heap aborts in cautious mode ------------- */
+static fw_heap_t *misuse_heap;
+static void *misuse_thread(void *arg) {
+  (void)arg;
+  void *p = X.heap_malloc(misuse_heap, 64); /* must not return */
+  fprintf(stderr, "fw_heap_malloc from a foreign thread returned %p\n", p);
+  _exit(4);
+}
+static void t_misuse_child(void) {
+  if (X.option_get("cautious") != 1) _exit(3);
+  misuse_heap = X.heap_new();
+  void *p = X.heap_malloc(misuse_heap, 64);
+  if (!p) _exit(5);
+  pthread_t t;
+  if (pthread_create(&t, NULL, misuse_thread, NULL) != 0) _exit(6);
+  pthread_join(t, NULL);
+  _exit(4);
+}
+
+static void t_misuse(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 2, sizeof *env); /* the child's own allocator, whichever it is */
+    if (!env) _exit(7);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      if (strncmp(environ[i], "FREEWAY_CAUTIOUS=", 17) != 0) env[m++] = environ[i];
+    env[m++] = "FREEWAY_CAUTIOUS=1";
+    env[m] = NULL;
+    char *argv[] = {"heap", "_misuse_child", NULL};
+    execve("/proc/self/exe", argv, env);
+    _exit(8);
+  }
+  close(fds[1]);
+  char out[4096];
+  size_t got = 0;
+  ssize_t k;
+  while ((k = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
+  out[got] = 0;
+  close(fds[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  if (WIFEXITED(st)) {
+    int code = WEXITSTATUS(st);
+    CHECKF(code != 3, "FREEWAY_CAUTIOUS=1 did not set the cautious option");
+    CHECKF(0, "allocating from another thread's heap in cautious mode did not abort (exit %d): %s",
+           code, out);
+  }
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child ended with status %#x", st);
+  CHECKF(got > 0, "cautious mode aborted without reporting the misuse");
+  fwt_log("misuse reported as: %.200s", out);
+}
+
+static const fwt_section sections[] = {
+  {"basic", t_basic},
+  {"calloc_realloc", t_calloc_realloc},
+  {"stats", t_stats},
+  {"visit", t_visit},
+  {"delete", t_delete},
+  {"destroy", t_destroy},
+  {"collect", t_collect},
+  {"many", t_many},
+  {"remote_destroy", t_remote_destroy},
+  {"remote_delete", t_remote_delete},
+  {"misuse", t_misuse},
+  {"_misuse_child", t_misuse_child},
+};
+
+int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }

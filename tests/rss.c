@@ -1,0 +1,152 @@
+/* rss.c — memory goes back to the OS: after a burst of ~512 MiB in small
+ * blocks is freed, RSS (from /proc/self/statm) must fall by most of it:
+ *   collect:       with fw_collect(true);
+ *   purge_delay0:  without it, run with FREEWAY_PURGE_DELAY=0, after a few
+ *                  more malloc/free calls;
+ *   thread:        blocks of a thread that has exited, freed by main. */
+#include "fwtest.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+static const size_t burst = 512 * MiB;
+
+typedef struct burst_set {
+  char **v;
+  size_t n, cap, bytes;
+} burst_set;
+
+static void make_burst(burst_set *b, uint64_t seed) {
+  b->cap = burst / 16;
+  b->v = fwt_scratch(b->cap * sizeof *b->v);
+  b->n = b->bytes = 0;
+  fwt_rng r;
+  fwt_rng_init(&r, seed);
+  while (b->bytes < burst) {
+    size_t n = fwt_range(&r, 16, 1024);
+    char *p = A.malloc(n);
+    CHECK(p != NULL);
+    memset(p, (int)(n & 0xff) | 1, n);
+    b->v[b->n++] = p;
+    b->bytes += n;
+  }
+}
+
+static void free_burst(burst_set *b, uint64_t seed) {
+  /* In a scattered order, as a real program would. */
+  fwt_rng r;
+  fwt_rng_init(&r, seed);
+  for (size_t i = b->n; i > 1; i--) {
+    size_t j = (size_t)(fwt_next(&r) % i);
+    char *t = b->v[i - 1];
+    b->v[i - 1] = b->v[j];
+    b->v[j] = t;
+  }
+  for (size_t i = 0; i < b->n; i++) {
+    char *p = b->v[i];
+    CHECKF(p[0] != 0, "block %p lost its contents", (void *)p);
+    A.free(p);
+  }
+  fwt_scratch_free(b->v, b->cap * sizeof *b->v);
+}
+
+static void report(const char *what, size_t r0, size_t r1, size_t r2) {
+  fwt_log("%s: rss %zu MiB before, %zu MiB with the burst, %zu MiB after freeing", what, r0 / MiB,
+          r1 / MiB, r2 / MiB);
+  CHECKF(r1 >= r0 + burst * 3 / 4, "%s: RSS rose only from %zu to %zu MiB for a %zu MiB burst", what,
+         r0 / MiB, r1 / MiB, burst / MiB);
+}
+
+/* Returned "most of it": at least three quarters of the rise. */
+static bool dropped(size_t r0, size_t r1, size_t r2) { return r2 <= r0 + (r1 - r0) / 4; }
+
+static void t_collect(void) {
+  X.collect(true);
+  size_t r0 = fwt_rss();
+  burst_set b;
+  make_burst(&b, 1);
+  size_t r1 = fwt_rss();
+  free_burst(&b, 2);
+  X.collect(true);
+  size_t r2 = fwt_rss();
+  report("collect", r0, r1, r2);
+  CHECKF(dropped(r0, r1, r2), "fw_collect(true) left RSS at %zu MiB (%zu before the burst, %zu with it)",
+         r2 / MiB, r0 / MiB, r1 / MiB);
+  fw_stats_t s;
+  fwt_stats(&s);
+  CHECKF(s.bytes_committed <= (r0 + (r1 - r0) / 4) + 64 * MiB,
+         "after fw_collect(true) fw_stats says %zu MiB committed", s.bytes_committed / MiB);
+}
+
+/* More allocator traffic, of a modest size, without any explicit collect. */
+static void nudge(int rounds) {
+  for (int i = 0; i < rounds; i++) {
+    void *p = A.malloc(64 + (size_t)(i % 50) * 16);
+    CHECK(p);
+    A.free(p);
+    p = A.malloc(100000);
+    CHECK(p);
+    A.free(p);
+  }
+}
+
+static void t_purge_delay0(void) {
+  errno = 0;
+  long pd = X.option_get("purge_delay");
+  CHECKF(!(pd == -1 && errno == EINVAL), "option purge_delay is not implemented");
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL && strcmp(e, "0") == 0, "run this section with FREEWAY_PURGE_DELAY=0");
+  CHECKF(pd == 0, "FREEWAY_PURGE_DELAY=0 in the environment, but purge_delay is %ld", pd);
+  size_t r0 = fwt_rss();
+  burst_set b;
+  make_burst(&b, 3);
+  size_t r1 = fwt_rss();
+  free_burst(&b, 4);
+  size_t r2 = fwt_rss();
+  int calls = 0;
+  /* "A few more calls": up to 100,000 pairs, checked as they go. */
+  while (!dropped(r0, r1, r2) && calls < 100000) {
+    nudge(1000);
+    calls += 1000;
+    usleep(1000);
+    r2 = fwt_rss();
+  }
+  report("purge_delay0", r0, r1, r2);
+  fwt_log("purge_delay0: %d malloc/free pairs after the burst", calls);
+  CHECKF(dropped(r0, r1, r2),
+         "with FREEWAY_PURGE_DELAY=0 RSS stayed at %zu MiB (%zu before the burst, %zu with it) "
+         "after %d more malloc/free calls",
+         r2 / MiB, r0 / MiB, r1 / MiB, calls);
+}
+
+static burst_set thread_set;
+static void *burst_thread(void *arg) {
+  (void)arg;
+  make_burst(&thread_set, 5);
+  return NULL;
+}
+
+static void t_thread(void) {
+  X.collect(true);
+  size_t r0 = fwt_rss();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, burst_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  size_t r1 = fwt_rss();
+  free_burst(&thread_set, 6); /* the owner has exited */
+  X.collect(true);
+  size_t r2 = fwt_rss();
+  report("thread", r0, r1, r2);
+  CHECKF(dropped(r0, r1, r2),
+         "blocks of an exited thread, freed by main + fw_collect(true): RSS %zu MiB (%zu before, %zu with them)",
+         r2 / MiB, r0 / MiB, r1 / MiB);
+}
+
+static const fwt_section sections[] = {
+  {"collect", t_collect},
+  {"thread", t_thread},
+  {"_purge_delay0", t_purge_delay0},
+};
+
+int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }

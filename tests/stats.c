@@ -1,0 +1,242 @@
+/* stats.c — process statistics (fw_stats_get, fw_stats_print), options
+ * (fw_option_get/set and FREEWAY_* variables) and the version. */
+#include "fwtest.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <unistd.h>
+
+/* ---- fw_stats_get -------------------------------------------------------------- */
+static pthread_barrier_t hold;
+static void *hold_thread(void *arg) {
+  void *p = X.malloc(1000);
+  CHECK(p != NULL);
+  pthread_barrier_wait(&hold); /* all started */
+  pthread_barrier_wait(&hold); /* main has looked */
+  X.free(p);
+  (void)arg;
+  return NULL;
+}
+
+static void t_stats(void) {
+  void *warm = X.malloc(10);
+  X.free(warm);
+  fw_stats_t s0, s1, s2;
+  fwt_stats(&s0);
+  CHECK(s0.size == sizeof s0);
+  CHECKF(s0.version == FREEWAY_VERSION, "version %zu, header says %d", s0.version, FREEWAY_VERSION);
+  CHECKF(s0.bytes_committed <= s0.bytes_reserved, "committed %zu > reserved %zu", s0.bytes_committed,
+         s0.bytes_reserved);
+  CHECK(s0.threads >= 1);
+  CHECK(s0.threads_total >= s0.threads);
+  CHECK(s0.heaps >= 1);
+  CHECK(s0.segments >= 1);
+
+  /* Big blocks: their memory shows up in reserved and committed, and goes
+   * away again once they are freed and collected. */
+  enum { H = 4 };
+  size_t big = (size_t)64 << 20;
+  char *h[H];
+  for (int i = 0; i < H; i++) {
+    h[i] = X.malloc(big);
+    CHECK(h[i] != NULL);
+    memset(h[i], 1, big);
+  }
+  fwt_stats(&s1);
+  CHECKF(s1.bytes_committed >= s0.bytes_committed + H * big, "committed %zu -> %zu",
+         s0.bytes_committed, s1.bytes_committed);
+  CHECK(s1.bytes_committed <= s1.bytes_reserved);
+  for (int i = 0; i < H; i++) X.free(h[i]);
+  X.collect(true);
+  fwt_stats(&s2);
+  CHECKF(s2.bytes_committed + H * big / 2 <= s1.bytes_committed,
+         "committed %zu MiB after freeing 256 MiB of big blocks (was %zu MiB)",
+         s2.bytes_committed >> 20, s1.bytes_committed >> 20);
+  CHECKF(s2.bytes_purged >= s1.bytes_purged, "bytes_purged went down: %zu -> %zu", s1.bytes_purged,
+         s2.bytes_purged);
+
+  /* Blocks of 1 GiB get mappings of their own ("huge"), counted while live. */
+  size_t gib = (size_t)1 << 30;
+  char *g[2];
+  for (int i = 0; i < 2; i++) {
+    g[i] = X.malloc(gib);
+    CHECK(g[i] != NULL);
+    memset(g[i], 2, 1 << 20);
+    memset(g[i] + gib - (1 << 20), 2, 1 << 20);
+  }
+  fwt_stats(&s1);
+  CHECKF(s1.huge_allocs >= s2.huge_allocs + 2, "huge_allocs %zu -> %zu after 2 blocks of 1 GiB",
+         s2.huge_allocs, s1.huge_allocs);
+  CHECK(s1.bytes_reserved >= s2.bytes_reserved + 2 * gib);
+  for (int i = 0; i < 2; i++) X.free(g[i]);
+  X.collect(true);
+  fwt_stats(&s2);
+  CHECKF(s2.huge_allocs == s0.huge_allocs, "huge_allocs %zu after freeing (was %zu)", s2.huge_allocs,
+         s0.huge_allocs);
+  CHECKF(s2.bytes_reserved + gib <= s1.bytes_reserved, "reserved %zu MiB after freeing 2 GiB (was %zu MiB)",
+         s2.bytes_reserved >> 20, s1.bytes_reserved >> 20);
+
+  /* Threads with a heap. */
+  enum { T = 4 };
+  pthread_t t[T];
+  CHECK(pthread_barrier_init(&hold, NULL, T + 1) == 0);
+  for (int i = 0; i < T; i++) CHECK(pthread_create(&t[i], NULL, hold_thread, NULL) == 0);
+  pthread_barrier_wait(&hold);
+  fw_stats_t s3;
+  fwt_stats(&s3);
+  CHECKF(s3.threads >= s0.threads + T, "threads %zu with %d more threads allocating (was %zu)",
+         s3.threads, T, s0.threads);
+  CHECKF(s3.threads_total >= s0.threads_total + T, "threads_total %zu -> %zu", s0.threads_total,
+         s3.threads_total);
+  pthread_barrier_wait(&hold);
+  for (int i = 0; i < T; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  pthread_barrier_destroy(&hold);
+  fw_stats_t s4;
+  fwt_stats(&s4);
+  CHECKF(s4.threads <= s0.threads, "threads %zu after the threads exited (was %zu)", s4.threads,
+         s0.threads);
+  CHECK(s4.threads_total >= s3.threads_total);
+
+  /* Heaps. */
+  fw_heap_t *hp = X.heap_new();
+  fwt_stats(&s3);
+  CHECK(s3.heaps == s4.heaps + 1);
+  X.heap_destroy(hp);
+  fwt_stats(&s3);
+  CHECK(s3.heaps == s4.heaps);
+}
+
+/* A caller built against an older, smaller fw_stats_t must not get more
+ * bytes than it asked for. */
+static void t_stats_size(void) {
+  size_t sizes[] = {2 * sizeof(size_t), offsetof(fw_stats_t, segments), sizeof(fw_stats_t) - sizeof(size_t)};
+  for (size_t i = 0; i < FWT_COUNT(sizes); i++) {
+    unsigned char buf[sizeof(fw_stats_t) + 64];
+    memset(buf, 0xcd, sizeof buf);
+    fw_stats_t *s = (fw_stats_t *)buf;
+    s->size = sizes[i];
+    int rc = X.stats_get(s);
+    for (size_t k = sizes[i]; k < sizeof buf; k++)
+      CHECKF(buf[k] == 0xcd, "fw_stats_get with size %zu wrote byte %zu (rc %d)", sizes[i], k, rc);
+    if (rc == 0) CHECK(s->version == FREEWAY_VERSION);
+  }
+  unsigned char hbuf[sizeof(fw_heap_stats_t) + 64];
+  memset(hbuf, 0xcd, sizeof hbuf);
+  fw_heap_stats_t *hs = (fw_heap_stats_t *)hbuf;
+  hs->size = offsetof(fw_heap_stats_t, bytes_peak);
+  int rc = X.heap_stats(X.heap_get_default(), hs);
+  for (size_t k = offsetof(fw_heap_stats_t, bytes_peak); k < sizeof hbuf; k++)
+    CHECKF(hbuf[k] == 0xcd, "fw_heap_stats with a short size wrote byte %zu (rc %d)", k, rc);
+}
+
+/* ---- fw_stats_print ----------------------------------------------------------- */
+static bool contains_nocase(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (; *hay; hay++) {
+    size_t i = 0;
+    while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+    if (i == n) return true;
+  }
+  return false;
+}
+
+static void t_print(void) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  void *p = X.malloc(12345);
+  X.stats_print(fds[1]);
+  X.free(p);
+  close(fds[1]);
+  static char out[65536];
+  size_t got = 0;
+  ssize_t k;
+  while ((k = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
+  out[got] = 0;
+  close(fds[0]);
+  CHECKF(got > 0, "fw_stats_print wrote nothing");
+  CHECKF(contains_nocase(out, "purge_delay"), "the report does not list the options:\n%.300s", out);
+  CHECKF(contains_nocase(out, "committed"), "the report does not show committed memory:\n%.300s", out);
+}
+
+/* ---- options ------------------------------------------------------------------- */
+static void t_options(void) {
+  errno = 0;
+  CHECK(X.option_get("no_such_option") == -1);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(X.option_set("no_such_option", 1) == -1);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(X.option_get("") == -1 && errno == EINVAL);
+
+  errno = 0;
+  long pd = X.option_get("purge_delay");
+  CHECKF(pd != -1 || errno != EINVAL, "option purge_delay is unknown");
+  CHECK(X.option_get("PURGE_DELAY") == pd);
+  CHECK(X.option_get("Purge_Delay") == pd);
+  /* A live option can be changed and read back. */
+  CHECK(X.option_set("purge_delay", 1234) == 0);
+  CHECK(X.option_get("purge_delay") == 1234);
+  CHECK(X.option_set("PURGE_DELAY", 0) == 0);
+  CHECK(X.option_get("purge_delay") == 0);
+  /* Out of range: rejected, or clamped into range; never stored as is. */
+  int rc = X.option_set("purge_delay", 3600001);
+  long v = X.option_get("purge_delay");
+  CHECKF(v >= -1 && v <= 3600000, "purge_delay = %ld after setting 3600001 (rc %d)", v, rc);
+  rc = X.option_set("purge_delay", -5);
+  v = X.option_get("purge_delay");
+  CHECKF(v >= -1 && v <= 3600000, "purge_delay = %ld after setting -5 (rc %d)", v, rc);
+  CHECK(X.option_set("purge_delay", pd) == 0);
+  CHECK(X.option_get("purge_delay") == pd);
+
+  /* Start-up options cannot change while running. */
+  long c = X.option_get("cautious");
+  CHECK(c == 0 || c == 1);
+  rc = X.option_set("cautious", !c);
+  CHECKF(rc != 0, "fw_option_set changed the start-up option cautious");
+  CHECK(X.option_get("cautious") == c);
+
+  const char *known[] = {"purge_delay", "cautious", "arena_reserve", "thp", "reclaim",
+                         "show_stats", "verbose", "leak_report"};
+  for (size_t i = 0; i < FWT_COUNT(known); i++) {
+    errno = 0;
+    long k = X.option_get(known[i]);
+    CHECKF(!(k == -1 && errno == EINVAL), "documented option %s is unknown", known[i]);
+  }
+}
+
+/* Run with FREEWAY_PURGE_DELAY=777 and FREEWAY_RECLAIM=0 in the environment. */
+static void t_options_env(void) {
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL, "run this section with FREEWAY_PURGE_DELAY set");
+  CHECKF(X.option_get("purge_delay") == strtol(e, NULL, 10), "FREEWAY_PURGE_DELAY=%s read as %ld", e,
+         X.option_get("purge_delay"));
+  e = getenv("FREEWAY_RECLAIM");
+  CHECKF(e != NULL, "run this section with FREEWAY_RECLAIM set");
+  CHECKF(X.option_get("reclaim") == strtol(e, NULL, 10), "FREEWAY_RECLAIM=%s read as %ld", e,
+         X.option_get("reclaim"));
+  void *p = X.malloc(100);
+  CHECK(p);
+  X.free(p);
+}
+
+/* ---- version ------------------------------------------------------------------ */
+static void t_version(void) {
+  char want[64];
+  snprintf(want, sizeof want, "%d.%d.%d", FREEWAY_VERSION_MAJOR, FREEWAY_VERSION_MINOR,
+           FREEWAY_VERSION_PATCH);
+  const char *v = X.version_string();
+  CHECK(v != NULL);
+  CHECKF(strstr(v, want) != NULL, "fw_version_string() = \"%s\", header says %s", v, want);
+}
+
+static const fwt_section sections[] = {
+  {"stats", t_stats},
+  {"stats_size", t_stats_size},
+  {"print", t_print},
+  {"options", t_options},
+  {"_options_env", t_options_env},
+  {"version", t_version},
+};
+
+int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
