@@ -94,7 +94,26 @@ static inline size_t bench_rss_bytes(void) {
   return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* Peak resident set size of the process so far, in KiB. */
+/* Peak resident set size of the process so far, in KiB: VmHWM from
+ * /proc/self/status, which belongs to this program's address space alone.
+ * (ru_maxrss also keeps the high-water mark of whatever the process was
+ * before its exec, such as a forked runner.) */
+static inline long bench_peak_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  if (f) {
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "VmHWM:", 6) == 0) {
+        kb = strtol(line + 6, NULL, 10);
+        break;
+      }
+    }
+    fclose(f);
+  }
+  return kb;
+}
+
 static inline long bench_maxrss_kb(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -247,6 +266,7 @@ static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
 
 static inline void bench_json_end(bench_json_t *j) {
   bench_json_int(j, "ncpus", bench_ncpus());
+  bench_json_int(j, "peak_rss_kb", bench_peak_rss_kb());
   bench_json_int(j, "maxrss_kb", bench_maxrss_kb());
   bench_json_raw(j, "}");
   fflush(stdout);

@@ -33,6 +33,19 @@ def build(n, seed):
     return records, index, text
 
 
+def peak_rss_kb():
+    """VmHWM: the peak RSS of this address space (ru_maxrss would also keep
+    the high-water mark of the process before its exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200000)
@@ -63,6 +76,7 @@ def main():
         "sys_ms": system,
         "cpu_util": (user + system) / (wall * ncpus) if wall > 0 else 0,
         "ncpus": ncpus,
+        "peak_rss_kb": peak_rss_kb(),
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }))
 

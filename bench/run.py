@@ -288,6 +288,7 @@ class Experiment:
     extra_tables = ()           # (metric, title, format)
     xlabel = "threads"
     plot = True
+    extra_plots = ()            # (metric, axis label): more charts against threads
     quick_scale = 0.05
     trimmed_mean = False
 
@@ -410,6 +411,7 @@ class SameSize(Experiment):
             "after malloc and check its whole content before free). The work per thread is fixed. As in "
             "the seed each point is also summarised as the mean with the min and max run dropped.")
     extra_tables = (("ms_per_thread", "time per thread = total / threads (ms)", "f1"),)
+    extra_plots = (("ms_per_thread", "time per thread (ms)"),)
     quick_scale = 0.02
     trimmed_mean = True
 
@@ -446,6 +448,7 @@ class Strings(Experiment):
     what = ("Each thread assigns a freshly formatted 24-digit integer to a std::string (beyond the "
             "small-string buffer: one malloc and one free per assignment) 10M times.")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
+    extra_plots = (("cpu_util", "CPU usage (fraction of all cores)"),)
     quick_scale = 0.02
 
     def cases(self, binpath, scale, full):
@@ -575,7 +578,6 @@ class Python(Experiment):
     what = ("bench/pyalloc.py builds a million-scale list of records, an index dict and a joined text, "
             "drops them, repeatedly. 'malloc' sets PYTHONMALLOC=malloc (every object through the "
             "allocator under test); 'pymalloc' leaves the interpreter's small-object allocator on.")
-    extra_tables = (("run_maxrss_kb", "peak RSS (KiB, from wait4)", "int"),)
     plot = False
     quick_scale = 0.05
 
@@ -1000,10 +1002,10 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     for l in labels:
         row = [l]
         for a in alloc_names:
-            v = med(summary, l, a, "run_maxrss_kb")
+            v = med(summary, l, a, "peak_rss_kb")
             row.append("-" if v is None else "%.1f" % (v / 1024))
         rss_rows.append(row)
-    lines.append("<details><summary>Peak RSS per run (MiB, median, from wait4)</summary>")
+    lines.append("<details><summary>Peak RSS per run (MiB, median; the program's VmHWM)</summary>")
     lines.append("")
     lines.append(md_table(["case"] + alloc_names, rss_rows))
     lines.append("")
@@ -1066,9 +1068,11 @@ COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green
            "mimalloc": "tab:purple", "tbb": "tab:brown"}
 
 
-def make_plots(exp, cases, summary, alloc_names, plots_dir):
+def make_plots(exp, cases, summary, alloc_names, plots_dir, metric=None, metric_label=None):
     if not exp.plot:
         return None
+    metric = metric or exp.metric
+    metric_label = metric_label or exp.metric_label
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -1091,9 +1095,9 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir):
             xs, ys, lo, hi = [], [], [], []
             for c in gcases:
                 s = summary.get((c.label, a))
-                if not s or s.get("skipped") or exp.metric not in s:
+                if not s or s.get("skipped") or metric not in s:
                     continue
-                st = s[exp.metric]
+                st = s[metric]
                 xs.append(c.x)
                 ys.append(st["median"])
                 lo.append(st["median"] - st["min"])
@@ -1104,7 +1108,7 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir):
                 drawn = True
         ax.set_title(g or exp.name, fontsize=10)
         ax.set_xlabel(exp.xlabel)
-        ax.set_ylabel(exp.metric_label, fontsize=8)
+        ax.set_ylabel(metric_label, fontsize=8)
         ticks = sorted({c.x for c in gcases})
         ax.set_xticks(ticks)
         if exp.name == "speed":
@@ -1117,9 +1121,10 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir):
         ax.legend(fontsize=7)
     for gi in range(n, rows * cols):
         axes[gi // cols][gi % cols].axis("off")
-    fig.suptitle("%s - %s" % (exp.name, exp.title), fontsize=11)
+    fig.suptitle("%s - %s%s" % (exp.name, exp.title, "" if metric == exp.metric else " - " + metric_label),
+                 fontsize=11)
     fig.tight_layout()
-    name = "%s.png" % exp.name
+    name = "%s.png" % (exp.name if metric == exp.metric else "%s_%s" % (exp.name, metric))
     if drawn:
         fig.savefig(os.path.join(plots_dir, name), dpi=90)
     plt.close(fig)
@@ -1135,13 +1140,14 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
                    "records": records}, f, indent=1, sort_keys=True)
     with open(os.path.join(out_dir, "runs.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["exp", "case", "alloc", "rep", "ok", "metric", "value", "run_wall_ms", "run_maxrss_kb",
-                    "error", "argv"])
+        w.writerow(["exp", "case", "alloc", "rep", "ok", "metric", "value", "peak_rss_kb", "run_wall_ms",
+                    "run_maxrss_kb", "error", "argv"])
         for r in records:
             exp = EXP_BY_NAME.get(r["exp"])
             metric = exp.metric if exp else ""
             w.writerow([r["exp"], r["case"], r["alloc"], r["rep"], int(bool(r["ok"])), metric,
-                        r.get("data", {}).get(metric, ""), r.get("run_wall_ms", ""), r.get("run_maxrss_kb", ""),
+                        r.get("data", {}).get(metric, ""), r.get("data", {}).get("peak_rss_kb", ""),
+                        r.get("run_wall_ms", ""), r.get("run_maxrss_kb", ""),
                         r.get("error", ""), r.get("argv", "")])
     present = [a["name"] for a in allocs_info]
     alloc_names = [a for a in ALLOC_NAMES if a in present]
@@ -1185,15 +1191,16 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
             summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
                                  st.get("max", ""), s["ok"], s["runs"], s.get("skipped") or "",
                                  "; ".join(e for e in s["errors"] if e)])
-        if exp.name == "fastpath":
-            cases_for_report = cases
-        else:
-            cases_for_report = cases
+        cases_for_report = cases
         plot_file = make_plots(exp, cases_for_report, summary, alloc_names, plots_dir)
+        extra_plot_files = [f for f in (make_plots(exp, cases_for_report, summary, alloc_names, plots_dir, m, ml)
+                                        for m, ml in exp.extra_plots) if f]
         index.append("- [%s](#%s) %s%s" % (exp.name, anchor("%s: %s%s" % (
             exp.name, exp.title, (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload")),
             exp.title, (" (seed `%s`)" % exp.seed) if exp.seed else ""))
         md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
+        for f in extra_plot_files:
+            md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
     md.append("## Experiments")
     md.append("")
     md += index
