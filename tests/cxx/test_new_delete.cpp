@@ -4,6 +4,8 @@
 // std::bad_alloc, and the nothrow forms return nullptr.
 #include "freeway.h"
 
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <new>
 #include <set>
+#include <string>
 #include <vector>
 
 #define CHECK(cond)                                                                              \
@@ -40,8 +43,57 @@ bool is_aligned(const void *p, std::size_t a) { return reinterpret_cast<std::uin
 
 const std::size_t impossible = SIZE_MAX / 2;
 
+// [new.delete.single]: storage "suitably aligned to represent any object of
+// that size": an object's size is a multiple of its alignment, so a small
+// block needs no more than the largest power of two dividing its size.
+std::size_t fundamental_alignment_for(std::size_t size) {
+  std::size_t a = size & (~size + 1);
+  return a < __STDCPP_DEFAULT_NEW_ALIGNMENT__ ? a : __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+}
+
+// The library that defines the function at address fn.
+const char *library_of(const void *fn) {
+  Dl_info info{};
+  CHECK(dladdr(fn, &info) != 0 && info.dli_fname != nullptr);
+  return info.dli_fname;
+}
+
+template <class F>
+const void *address(F *fn) {
+  return reinterpret_cast<const void *>(fn);
+}
+
+// Every form this program calls is bound to freeway's definition.
+void test_bound_to_freeway() {
+  std::string freeway = library_of(address(&fw_malloc));
+  const void *forms[] = {
+      address<void *(std::size_t)>(&::operator new),
+      address<void *(std::size_t)>(&::operator new[]),
+      address<void *(std::size_t, const std::nothrow_t &) noexcept>(&::operator new),
+      address<void *(std::size_t, const std::nothrow_t &) noexcept>(&::operator new[]),
+      address<void *(std::size_t, std::align_val_t)>(&::operator new),
+      address<void *(std::size_t, std::align_val_t)>(&::operator new[]),
+      address<void *(std::size_t, std::align_val_t, const std::nothrow_t &) noexcept>(&::operator new),
+      address<void *(std::size_t, std::align_val_t, const std::nothrow_t &) noexcept>(&::operator new[]),
+      address<void(void *) noexcept>(&::operator delete),
+      address<void(void *) noexcept>(&::operator delete[]),
+      address<void(void *, const std::nothrow_t &) noexcept>(&::operator delete),
+      address<void(void *, const std::nothrow_t &) noexcept>(&::operator delete[]),
+      address<void(void *, std::size_t) noexcept>(&::operator delete),
+      address<void(void *, std::size_t) noexcept>(&::operator delete[]),
+      address<void(void *, std::align_val_t) noexcept>(&::operator delete),
+      address<void(void *, std::align_val_t) noexcept>(&::operator delete[]),
+      address<void(void *, std::align_val_t, const std::nothrow_t &) noexcept>(&::operator delete),
+      address<void(void *, std::align_val_t, const std::nothrow_t &) noexcept>(&::operator delete[]),
+      address<void(void *, std::size_t, std::align_val_t) noexcept>(&::operator delete),
+      address<void(void *, std::size_t, std::align_val_t) noexcept>(&::operator delete[]),
+  };
+  for (const void *fn : forms)
+    CHECK(freeway == library_of(fn));
+}
+
 void test_plain_forms() {
-  for (std::size_t size : {1u, 7u, 16u, 100u, 1000u, 5000u, 100000u, 3000000u}) {
+  for (std::size_t size : {1u, 7u, 8u, 16u, 24u, 100u, 1000u, 5000u, 100000u, 3000000u}) {
     const bool check_heap = size <= 100000;
     void *a = ::operator new(size);
     void *b = ::operator new[](size);
@@ -49,7 +101,7 @@ void test_plain_forms() {
     void *d = ::operator new[](size, std::nothrow);
     for (void *p : {a, b, c, d}) {
       CHECK(p != nullptr);
-      CHECK(is_aligned(p, __STDCPP_DEFAULT_NEW_ALIGNMENT__ < 16 ? __STDCPP_DEFAULT_NEW_ALIGNMENT__ : 16));
+      CHECK(is_aligned(p, fundamental_alignment_for(size)));
       CHECK(fw_malloc_usable_size(p) >= size);
       if (size <= 100000) // very large blocks may be kept outside the heap
         CHECK(from_freeway(p));
@@ -295,6 +347,7 @@ void test_failure() {
 } // namespace
 
 int main() {
+  test_bound_to_freeway();
   test_plain_forms();
   test_zero_size();
   test_aligned_forms();

@@ -475,13 +475,28 @@ static void test_stats_threads_and_exit(void) {
   fw_pool_destroy(pool);
 }
 
-/* Threads fill their caches (1000 objects each), hold everything at once,
- * free it all and exit. If exiting threads did not hand their caches back,
- * the main thread could not get the same number of objects without the pool
- * growing. */
+/* How many objects a slab of such a pool holds: allocate from a fresh pool
+ * until it takes its second slab. */
+static size_t objects_per_slab(size_t size, const fw_pool_options_t *opt) {
+  fw_pool_t *pool = fw_pool_new(size, 0, opt);
+  CHECK(pool != NULL);
+  size_t n = 0;
+  while (stats_of(pool).slabs < 2) {
+    CHECK(fw_pool_alloc(pool) != NULL);
+    n++;
+  }
+  fw_pool_destroy(pool);
+  return n - 1;
+}
+
+/* Threads hold 3000 objects each at once, free them all (filling their
+ * caches) and exit. Every object of every slab must then be obtainable by the
+ * main thread before the pool grows: none may stay in a dead thread's cache. */
 static void test_thread_exit_flush(void) {
   enum { T = 4, ALLOC = 3000 };
   fw_pool_options_t opt = {sizeof opt, 4, 1000, false};
+  size_t per_slab = objects_per_slab(64, &opt);
+  CHECK(per_slab >= 100);
   fw_pool_t *pool = fw_pool_new(64, 0, &opt);
   CHECK(pool != NULL);
   pthread_barrier_t barrier;
@@ -503,16 +518,19 @@ static void test_thread_exit_flush(void) {
   fw_pool_stats_t s = stats_of(pool);
   CHECK(s.objects_live == 0);
   size_t slabs = s.slabs;
-  CHECK(slabs > 0);
-  void **ptrs = malloc((size_t)T * ALLOC * sizeof *ptrs);
+  CHECK(slabs * per_slab >= (size_t)T * ALLOC);
+  size_t total = slabs * per_slab;
+  void **ptrs = malloc((total + 1) * sizeof *ptrs);
   CHECK(ptrs != NULL);
-  for (size_t i = 0; i < (size_t)T * ALLOC; i++)
+  for (size_t i = 0; i < total; i++)
     CHECK((ptrs[i] = fw_pool_alloc(pool)) != NULL);
   s = stats_of(pool);
-  CHECK(s.objects_live == (size_t)T * ALLOC);
+  CHECK(s.objects_live == total);
   CHECK(s.slabs == slabs);
-  check_disjoint(ptrs, (size_t)T * ALLOC, 64);
-  for (size_t i = 0; i < (size_t)T * ALLOC; i++)
+  check_disjoint(ptrs, total, 64);
+  CHECK((ptrs[total] = fw_pool_alloc(pool)) != NULL);
+  CHECK(stats_of(pool).slabs == slabs + 1);
+  for (size_t i = 0; i <= total; i++)
     fw_pool_free(pool, ptrs[i]);
   free(ptrs);
   pthread_barrier_destroy(&barrier);
