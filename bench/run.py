@@ -289,6 +289,8 @@ class Experiment:
     xlabel = "threads"
     plot = True
     extra_plots = ()            # (metric, axis label): more charts against threads
+    min_reps = 1                # at least this many repetitions (unless --reps is given)
+    full_reps = 0               # repetitions of the full pass if not the default
     quick_scale = 0.05
     trimmed_mean = False
 
@@ -332,11 +334,12 @@ class Frag(Experiment):
                     ("rss_alloc_mib", "RSS with every block live (MiB)", "f1"),
                     ("rss_free_mib", "RSS after the free-all (MiB)", "f1"))
     quick_scale = 0.06
+    full_reps = 3               # each run already averages its loops
     LARGE = [(2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (10, 50000, 1280), (12, 15000, 1536)]
     SMALL = [(2, 1000000, 256), (4, 400000, 512), (8, 100000, 1024), (10, 50000, 1280), (12, 25000, 1536)]
 
     def cases(self, binpath, scale, full):
-        loops = 20 if full else 3
+        loops = 10 if full else 3
         out = []
         for table, rows in (("large", self.LARGE), ("small", self.SMALL)):
             for t, n, top in rows:
@@ -395,7 +398,7 @@ class HeapFree(Experiment):
                     ("heap_free_ms", "freeway heap: free block by block + destroy (ms)", "f1"),
                     ("heap_destroy_ms", "freeway heap: fw_heap_destroy only (ms)", "f2"))
     plot = False
-    quick_scale = 0.3
+    quick_scale = 1.0
 
     def cases(self, binpath, scale, full):
         n = scaled(1000000, scale)
@@ -414,6 +417,7 @@ class SameSize(Experiment):
     extra_plots = (("ms_per_thread", "time per thread (ms)"),)
     quick_scale = 0.02
     trimmed_mean = True
+    min_reps = 5                # the seed: at least 5 runs, fastest and slowest dropped
 
     def cases(self, binpath, scale, full):
         out = []
@@ -754,6 +758,14 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
                        if path else "(none: C library)",
                        "package": pkg, "version": ver, "malloc_from": provider})
     return allocs
+
+
+def exp_reps(exp, reps, explicit, full):
+    if explicit:
+        return reps
+    if full and exp.full_reps:
+        reps = exp.full_reps
+    return max(reps, exp.min_reps)
 
 
 def run_timed(exp, cases, allocs, reps, timeout, progress, records):
@@ -1304,7 +1316,7 @@ def main():
         if e.name == "fastpath":
             total += len(cases) * len(allocs)
         else:
-            total += len(cases) * len(allocs) * reps
+            total += len(cases) * len(allocs) * exp_reps(e, reps, bool(args.reps), full)
     meta = machine_info()
     meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
     print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
@@ -1338,7 +1350,7 @@ def main():
         started = time.monotonic()
         reruns = exp_meta.get(e.name, {}).get("partial_reruns")
         first = exp_meta.get(e.name, {}) if reruns else {}
-        exp_meta[e.name] = {"date": first.get("date", meta["date"]), "scale": scale, "reps": 1 if e.name == "fastpath" else reps,
+        exp_meta[e.name] = {"date": first.get("date", meta["date"]), "scale": scale, "reps": 1 if e.name == "fastpath" else exp_reps(e, reps, bool(args.reps), full),
                             "freeway_commit": meta["freeway_commit"], "mode": mode,
                             "cases": [{"label": c.label, "argv": [str(a) for a in c.argv], "group": c.group,
                                        "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
@@ -1347,7 +1359,7 @@ def main():
         if e.name == "fastpath":
             run_fastpath(e, cases, allocs, full, timeout, progress, records, notes)
         else:
-            run_timed(e, cases, allocs, reps, timeout, progress, records)
+            run_timed(e, cases, allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records)
         exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
