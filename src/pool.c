@@ -32,15 +32,17 @@
  *
  * Statistics
  * ----------
- * Each cache entry counts net = allocs - frees of its thread since the last
- * fold, and net_max, the highest net in that interval (plain loads and
- * stores by the owner, published with relaxed atomics). A fold (at every
- * batch exchange and at thread exit) adds net to the pool's atomic `live` and
- * raises `peak` to live_before + net_max. fw_pool_stats adds the unfolded
- * counts of every thread. So objects_live is exact whenever no thread is
+ * The fast paths keep no counters beyond the length of the current list.
+ * Between two folds, a thread's allocations minus its frees equal a base
+ * (set at the fold) minus the objects it now caches, and their highest value
+ * follows from the shortest the current list has been (one compare in
+ * alloc). A fold, at every batch exchange and at thread exit, adds the
+ * interval's net count to the pool's atomic `live` and raises `peak` to
+ * live_before + the interval's highest. fw_pool_stats adds the current
+ * interval of every thread. So objects_live is exact whenever no thread is
  * inside a pool call; objects_peak is exact when one thread at a time uses
- * the pool and otherwise an estimate at batch granularity (never below any
- * objects_live that was observable).
+ * the pool, and otherwise an estimate at batch granularity (never below any
+ * objects_live that fw_pool_stats reported).
  *
  * Thread exit and destruction
  * ---------------------------
@@ -175,23 +177,37 @@ struct fw_pool_s {
   pool_shard_t shards[]; /* shard_mask + 1 of them */
 };
 
+/* A thread's cache for one pool. Only the owner thread writes it; the
+ * atomic fields are also read by fw_pool_stats (relaxed loads and stores, so
+ * plain moves). Between two folds (see pool_cache_fold), the objects this
+ * thread allocated minus those it freed are base - count - spare_count, and
+ * their highest value is base - count_min - spare_count. */
 typedef struct pool_cache_s {
-  void *head;          /* current list; owner thread only */
-  void *spare;         /* a batch held in reserve; owner thread only */
-  size_t count;        /* objects on head */
-  size_t spare_count;  /* objects on spare */
-  atomic_uint_least64_t gen; /* pool generation the entry belongs to; 0: unused */
-  atomic_intptr_t net;       /* allocs - frees since the last fold */
-  atomic_intptr_t net_max;   /* highest net since the last fold */
-  uintptr_t pad_;            /* one entry per cache line */
+  void *head;                 /* current list */
+  atomic_size_t count;        /* objects on head */
+  atomic_size_t count_min;    /* lowest count since the last fold */
+  atomic_uint_least64_t gen;  /* pool generation the entry belongs to; 0: unused */
+  void *spare;                /* a batch held in reserve */
+  atomic_size_t spare_count;  /* objects on spare */
+  atomic_size_t base;
+  uintptr_t pad_;             /* one entry per cache line */
 } pool_cache_t;
 
+/* A thread's registration, for fw_pool_stats, fork and thread exit. */
 typedef struct pool_thread_s {
-  uint32_t cap;          /* entries in caches; written by the owner under pool_reg_lock */
-  uint32_t shard;        /* home shard, before masking */
-  pool_cache_t *caches;  /* written by the owner under pool_reg_lock */
+  uint32_t cap;          /* copies of pool_tls's, written by the owner under pool_reg_lock */
+  pool_cache_t *caches;
   struct pool_thread_s *next, *prev; /* pool_threads list, guarded by pool_reg_lock */
 } pool_thread_t;
+
+/* The calling thread's view, read by every fast path. */
+typedef struct pool_tls_s {
+  uint32_t cap;          /* entries in caches; 0 until the thread first uses a pool */
+  uint32_t shard;        /* home shard, before masking */
+  pool_cache_t *caches;  /* indexed by pool id */
+  pool_thread_t *thread; /* NULL until registered */
+  bool dead;             /* past the exit flush: work on the shards directly */
+} pool_tls_t;
 
 /* ---- Process-wide state ------------------------------------------------ */
 static pthread_mutex_t pool_reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -206,13 +222,10 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static pthread_key_t pool_key;
 static bool pool_key_ok;
 
-/* Sentinels: a thread that never used a pool has an empty cache array, so
- * its first call falls into the slow path by the same compare that catches a
- * pool id beyond the array. A thread past its exit flush points at the dead
- * sentinel and works on the shards directly. */
-static pool_thread_t pool_thread_empty;
-static pool_thread_t pool_thread_dead;
-static _Thread_local pool_thread_t *pool_tls = &pool_thread_empty;
+/* A thread that never used a pool has an empty cache array (cap 0), so its
+ * first call falls into the slow path by the same compare that catches a pool
+ * id beyond the array. */
+static _Thread_local pool_tls_t pool_tls;
 
 /* ---- Small helpers ----------------------------------------------------- */
 static inline void **pool_link(void *p) { return (void **)p; }
@@ -265,15 +278,26 @@ static void pool_peak_raise(fw_pool_t *pool, intptr_t v) {
   }
 }
 
-/* Moves a thread's unfolded counts into the pool's. Owner thread only. */
+/* Starts a new counting interval after the lists changed other than by an
+ * allocation or a free. Owner thread only. */
+static void pool_cache_rebase(pool_cache_t *c) {
+  size_t count = load_relaxed(&c->count);
+  store_relaxed(&c->base, count + load_relaxed(&c->spare_count));
+  store_relaxed(&c->count_min, count);
+}
+
+/* Moves a thread's counts of the current interval into the pool's, before
+ * its lists change other than by an allocation or a free. Owner thread only. */
 static void pool_cache_fold(fw_pool_t *pool, pool_cache_t *c) {
-  intptr_t net = load_relaxed(&c->net), max = load_relaxed(&c->net_max);
-  if (net == 0 && max == 0)
-    return;
-  intptr_t before = atomic_fetch_add_explicit(&pool->live, net, memory_order_relaxed);
-  pool_peak_raise(pool, before + max);
-  store_relaxed(&c->net, 0);
-  store_relaxed(&c->net_max, 0);
+  intptr_t base = (intptr_t)load_relaxed(&c->base);
+  intptr_t spare = (intptr_t)load_relaxed(&c->spare_count);
+  intptr_t net = base - spare - (intptr_t)load_relaxed(&c->count);
+  intptr_t max = base - spare - (intptr_t)load_relaxed(&c->count_min);
+  if (net != 0 || max > 0) {
+    intptr_t before = atomic_fetch_add_explicit(&pool->live, net, memory_order_relaxed);
+    pool_peak_raise(pool, before + max);
+  }
+  pool_cache_rebase(c);
 }
 
 /* ---- Shards ------------------------------------------------------------ */
@@ -428,7 +452,6 @@ static pool_thread_t *pool_thread_create(void) {
   pool_thread_t *t = fw_calloc(1, sizeof *t);
   if (t == NULL)
     return NULL;
-  t->shard = atomic_fetch_add_explicit(&pool_thread_seq, 1, memory_order_relaxed);
   if (pthread_setspecific(pool_key, t) != 0) {
     fw_free(t);
     return NULL;
@@ -439,7 +462,8 @@ static pool_thread_t *pool_thread_create(void) {
     pool_threads->prev = t;
   pool_threads = t;
   pthread_mutex_unlock(&pool_reg_lock);
-  pool_tls = t;
+  pool_tls.thread = t;
+  pool_tls.shard = atomic_fetch_add_explicit(&pool_thread_seq, 1, memory_order_relaxed);
   return t;
 }
 
@@ -458,6 +482,8 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
   t->caches = grown;
   t->cap = cap;
   pthread_mutex_unlock(&pool_reg_lock);
+  pool_tls.caches = grown;
+  pool_tls.cap = cap;
   fw_free(old);
   return true;
 }
@@ -465,10 +491,10 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
 /* The calling thread's entry for pool, made ready; NULL if the thread cannot
  * have one (it is exiting, or out of memory). */
 static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
-  pool_thread_t *t = pool_tls;
-  if (t == &pool_thread_dead)
+  if (pool_tls.dead)
     return NULL;
-  if (t == &pool_thread_empty && (t = pool_thread_create()) == NULL)
+  pool_thread_t *t = pool_tls.thread;
+  if (t == NULL && (t = pool_thread_create()) == NULL)
     return NULL;
   if (pool->id >= t->cap && !pool_thread_grow(t, pool->id + 1))
     return NULL;
@@ -476,24 +502,29 @@ static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
   if (load_relaxed(&c->gen) != pool->gen) {
     /* Unused, or left by a destroyed pool: its objects are gone with it. */
     c->head = c->spare = NULL;
-    c->count = c->spare_count = 0;
-    store_relaxed(&c->net, 0);
-    store_relaxed(&c->net_max, 0);
+    store_relaxed(&c->count, 0);
+    store_relaxed(&c->spare_count, 0);
+    pool_cache_rebase(c);
     atomic_store_explicit(&c->gen, pool->gen, memory_order_release);
   }
   return c;
 }
 
+/* The calling thread's home shard (unmasked). */
 static uint32_t pool_home(void) {
-  pool_thread_t *t = pool_tls;
-  if (t == &pool_thread_empty || t == &pool_thread_dead)
+  if (pool_tls.thread == NULL)
     return (uint32_t)((uintptr_t)&pool_tls >> 12);
-  return t->shard;
+  return pool_tls.shard;
 }
 
 static void pool_thread_exit(void *arg) {
   pool_thread_t *t = arg;
-  pool_tls = &pool_thread_dead; /* any later pool call works on the shards */
+  uint32_t shard = pool_tls.shard;
+  /* Any later pool call of this thread works on the shards directly. */
+  pool_tls.cap = 0;
+  pool_tls.caches = NULL;
+  pool_tls.thread = NULL;
+  pool_tls.dead = true;
   pthread_mutex_lock(&pool_reg_lock);
   for (uint32_t id = 0; id < t->cap; id++) {
     pool_cache_t *c = &t->caches[id];
@@ -502,11 +533,11 @@ static void pool_thread_exit(void *arg) {
     if (gen == 0 || pool == NULL || pool->gen != gen)
       continue;
     pool_cache_fold(pool, c);
-    pool_shard_t *home = &pool->shards[t->shard & pool->shard_mask];
+    pool_shard_t *home = &pool->shards[shard & pool->shard_mask];
     if (c->head != NULL)
-      pool_shard_push(home, c->head, c->count, false);
+      pool_shard_push(home, c->head, load_relaxed(&c->count), false);
     if (c->spare != NULL)
-      pool_shard_push(home, c->spare, c->spare_count, false);
+      pool_shard_push(home, c->spare, load_relaxed(&c->spare_count), false);
     c->head = c->spare = NULL;
     store_relaxed(&c->gen, 0);
   }
@@ -526,6 +557,22 @@ static inline void *pool_hand_out(const fw_pool_t *pool, void *p) {
   if (pool->zero)
     memset(p, 0, pool->object_size);
   return p;
+}
+
+/* Pops the head of a non-empty current list. */
+static inline void *pool_cache_pop(pool_cache_t *c, void *p) {
+  size_t n = load_relaxed(&c->count) - 1;
+  c->head = *pool_link(p);
+  store_relaxed(&c->count, n);
+  if (n < load_relaxed(&c->count_min))
+    store_relaxed(&c->count_min, n);
+  return p;
+}
+
+static inline void pool_cache_push(pool_cache_t *c, void *p, size_t n) {
+  *pool_link(p) = c->head;
+  c->head = p;
+  store_relaxed(&c->count, n + 1);
 }
 
 /* No cache (thread exiting or out of memory): one object straight from a shard. */
@@ -550,78 +597,64 @@ static void pool_free_direct(fw_pool_t *pool, void *p) {
   atomic_fetch_sub_explicit(&pool->live, 1, memory_order_relaxed);
 }
 
+/* The current list is empty: take the spare batch, or one from the shards. */
 static POOL_COLD void *pool_alloc_slow(fw_pool_t *pool) {
   pool_cache_t *c = pool_cache_attach(pool);
   if (c == NULL)
     return pool_alloc_direct(pool);
   if (c->head == NULL) {
+    pool_cache_fold(pool, c);
     if (c->spare != NULL) {
       c->head = c->spare;
-      c->count = c->spare_count;
+      store_relaxed(&c->count, load_relaxed(&c->spare_count));
       c->spare = NULL;
-      c->spare_count = 0;
+      store_relaxed(&c->spare_count, 0);
     } else {
       pool_batch_t b;
-      pool_cache_fold(pool, c);
-      if (!pool_refill(pool, pool_tls->shard, &b)) {
+      if (!pool_refill(pool, pool_tls.shard, &b)) {
         errno = ENOMEM;
         return NULL;
       }
       c->head = b.head;
-      c->count = b.count;
+      store_relaxed(&c->count, b.count);
     }
+    pool_cache_rebase(c);
   }
-  void *p = c->head;
-  c->head = *pool_link(p);
-  c->count--;
-  intptr_t net = load_relaxed(&c->net) + 1;
-  store_relaxed(&c->net, net);
-  if (net > load_relaxed(&c->net_max))
-    store_relaxed(&c->net_max, net);
-  return pool_hand_out(pool, p);
+  return pool_hand_out(pool, pool_cache_pop(c, c->head));
 }
 
+/* The current list is full: it becomes the spare, and a spare already held
+ * goes to the home shard. */
 static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
   pool_cache_t *c = pool_cache_attach(pool);
   if (c == NULL) {
     pool_free_direct(pool, p);
     return;
   }
-  if (c->count >= pool->batch) {
-    if (c->spare != NULL) {
-      pool_cache_fold(pool, c);
-      pool_shard_push(&pool->shards[pool_tls->shard & pool->shard_mask], c->spare,
-                      c->spare_count, true);
-    }
+  if (load_relaxed(&c->count) >= pool->batch) {
+    pool_cache_fold(pool, c);
+    if (c->spare != NULL)
+      pool_shard_push(&pool->shards[pool_tls.shard & pool->shard_mask], c->spare,
+                      load_relaxed(&c->spare_count), true);
     c->spare = c->head;
-    c->spare_count = c->count;
+    store_relaxed(&c->spare_count, load_relaxed(&c->count));
     c->head = NULL;
-    c->count = 0;
+    store_relaxed(&c->count, 0);
+    pool_cache_rebase(c);
   }
-  *pool_link(p) = c->head;
-  c->head = p;
-  c->count++;
-  store_relaxed(&c->net, load_relaxed(&c->net) - 1);
+  pool_cache_push(c, p, load_relaxed(&c->count));
 }
 
 /* Fast path preconditions: the thread has an entry for this pool id, the
  * entry belongs to this pool (generation), and the current list is non-empty
  * (alloc) or below a batch (free). Everything else is the slow path. */
 FW_API void *fw_pool_alloc(fw_pool_t *pool) {
-  pool_thread_t *t = pool_tls;
   uint32_t id = pool->id;
-  if (pool_likely(id < t->cap)) {
-    pool_cache_t *c = &t->caches[id];
+  if (pool_likely(id < pool_tls.cap)) {
+    pool_cache_t *c = &pool_tls.caches[id];
     void *p = c->head;
-    if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen)) {
-      c->head = *pool_link(p);
-      c->count--;
-      intptr_t net = load_relaxed(&c->net) + 1;
-      store_relaxed(&c->net, net);
-      if (net > load_relaxed(&c->net_max))
-        store_relaxed(&c->net_max, net);
-      return pool_hand_out(pool, p);
-    }
+    if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen))
+      return pool_hand_out(pool, pool_cache_pop(c, p));
   }
   return pool_alloc_slow(pool);
 }
@@ -631,15 +664,12 @@ FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
     return;
   if (FW_POOL_CHECKED)
     pool_check_owner(pool, p);
-  pool_thread_t *t = pool_tls;
   uint32_t id = pool->id;
-  if (pool_likely(id < t->cap)) {
-    pool_cache_t *c = &t->caches[id];
-    if (pool_likely(c->count < pool->batch && load_relaxed(&c->gen) == pool->gen)) {
-      *pool_link(p) = c->head;
-      c->head = p;
-      c->count++;
-      store_relaxed(&c->net, load_relaxed(&c->net) - 1);
+  if (pool_likely(id < pool_tls.cap)) {
+    pool_cache_t *c = &pool_tls.caches[id];
+    size_t n = load_relaxed(&c->count);
+    if (pool_likely(n < pool->batch && load_relaxed(&c->gen) == pool->gen)) {
+      pool_cache_push(c, p, n);
       return;
     }
   }
@@ -816,8 +846,9 @@ FW_API int fw_pool_stats(const fw_pool_t *cpool, fw_pool_stats_t *out) {
     pool_cache_t *c = &t->caches[pool->id];
     if (atomic_load_explicit(&c->gen, memory_order_acquire) != pool->gen)
       continue;
-    live += load_relaxed(&c->net);
-    peak += load_relaxed(&c->net_max);
+    intptr_t base = (intptr_t)load_relaxed(&c->base) - (intptr_t)load_relaxed(&c->spare_count);
+    live += base - (intptr_t)load_relaxed(&c->count);
+    peak += base - (intptr_t)load_relaxed(&c->count_min);
   }
   pthread_mutex_unlock(&pool_reg_lock);
   if (live < 0) /* only while other threads are mid-update */
