@@ -83,11 +83,6 @@
 #define POOL_CACHE_DEFAULT_MIN 4u
 #define POOL_SHARD_INITIAL 16 /* batch descriptors a shard starts with */
 
-/* Checked mode: fw_pool_free verifies that the object belongs to the pool. */
-#ifndef FW_POOL_CHECKED
-#define FW_POOL_CHECKED 0
-#endif
-
 #define pool_likely(x) __builtin_expect(!!(x), 1)
 #define pool_unlikely(x) __builtin_expect(!!(x), 0)
 #define POOL_COLD __attribute__((noinline, cold))
@@ -154,6 +149,7 @@ struct fw_pool_s {
   uint32_t id;       /* index into every thread's cache array */
   uint32_t shard_mask;
   uint64_t gen;      /* unique for the life of the process, never 0 */
+  size_t free_limit; /* batch, or 0 in cautious mode so that every free is checked */
   size_t batch;      /* objects in a full batch: half the cache limit */
   size_t object_size;
   bool zero;
@@ -162,6 +158,7 @@ struct fw_pool_s {
   size_t slab_objects;
   size_t first_offset; /* of the first object in a slab */
   size_t cache_limit;
+  bool cautious;       /* FREEWAY_CAUTIOUS=1 when the pool was made */
 
   /* Growth, guarded by grow_lock. */
   _Alignas(POOL_LINE) pool_lock_t grow_lock;
@@ -247,7 +244,7 @@ static inline pool_slab_t *pool_slab_of(const fw_pool_t *pool, const void *p) {
   return (pool_slab_t *)((uintptr_t)p & ~(uintptr_t)(pool->slab_size - 1));
 }
 
-static POOL_COLD void pool_abort(const char *what, const void *p) {
+static POOL_COLD __attribute__((noreturn)) void pool_abort(const char *what, const void *p) {
   char msg[160];
   int n = snprintf(msg, sizeof msg, "freeway: fw_pool_free: %s (%p)\n", what, p);
   if (n > 0) {
@@ -257,7 +254,8 @@ static POOL_COLD void pool_abort(const char *what, const void *p) {
   abort();
 }
 
-/* Checked mode only: p must be an object boundary inside one of the pool's slabs. */
+/* Cautious mode: p must be an object boundary inside one of the pool's slabs
+ * (found by masking, so a wild pointer may fault instead of being reported). */
 static void pool_check_owner(const fw_pool_t *pool, const void *p) {
   const pool_slab_t *slab = pool_slab_of(pool, p);
   if (slab->pool != pool)
@@ -623,14 +621,28 @@ static POOL_COLD void *pool_alloc_slow(fw_pool_t *pool) {
   return pool_hand_out(pool, pool_cache_pop(c, c->head));
 }
 
+/* Cautious mode: p is not already among the calling thread's cached objects. */
+static void pool_check_not_cached(const pool_cache_t *c, const void *p) {
+  for (const void *q = c->head; q != NULL; q = *(void *const *)q)
+    if (q == p)
+      pool_abort("object freed twice", p);
+  for (const void *q = c->spare; q != NULL; q = *(void *const *)q)
+    if (q == p)
+      pool_abort("object freed twice", p);
+}
+
 /* The current list is full: it becomes the spare, and a spare already held
- * goes to the home shard. */
+ * goes to the home shard. Every free comes here in cautious mode. */
 static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
+  if (pool->cautious)
+    pool_check_owner(pool, p);
   pool_cache_t *c = pool_cache_attach(pool);
   if (c == NULL) {
     pool_free_direct(pool, p);
     return;
   }
+  if (pool->cautious)
+    pool_check_not_cached(c, p);
   if (load_relaxed(&c->count) >= pool->batch) {
     pool_cache_fold(pool, c);
     if (c->spare != NULL)
@@ -662,13 +674,11 @@ FW_API void *fw_pool_alloc(fw_pool_t *pool) {
 FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
   if (p == NULL)
     return;
-  if (FW_POOL_CHECKED)
-    pool_check_owner(pool, p);
   uint32_t id = pool->id;
   if (pool_likely(id < pool_tls.cap)) {
     pool_cache_t *c = &pool_tls.caches[id];
     size_t n = load_relaxed(&c->count);
-    if (pool_likely(n < pool->batch && load_relaxed(&c->gen) == pool->gen)) {
+    if (pool_likely(n < pool->free_limit && load_relaxed(&c->gen) == pool->gen)) {
       pool_cache_push(c, p, n);
       return;
     }
@@ -784,6 +794,8 @@ FW_API fw_pool_t *fw_pool_new(size_t object_size, size_t alignment, const fw_poo
   memset(pool, 0, sizeof *pool + shards * sizeof(pool_shard_t));
   pool->shard_mask = shards - 1;
   pool->batch = limit / 2;
+  pool->cautious = fw_option_get("cautious") > 0;
+  pool->free_limit = pool->cautious ? 0 : pool->batch;
   pool->object_size = size;
   pool->zero = opt.zero;
   pool->alignment = alignment;

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -657,6 +658,53 @@ static void test_many_pools(void) {
   }
 }
 
+/* Pool calls from another thread-specific-data destructor, which may run
+ * before or after the pool's own exit flush (the order is unspecified). */
+static fw_pool_t *td_pool;
+static pthread_key_t td_key;
+static void *td_kept[8];
+
+static void td_destructor(void *arg) {
+  uintptr_t self = (uintptr_t)arg - 1;
+  void *p[50];
+  for (int i = 0; i < 50; i++) {
+    CHECK((p[i] = fw_pool_alloc(td_pool)) != NULL);
+    fill(p[i], 40, self * 50 + (size_t)i);
+  }
+  for (int i = 0; i < 50; i++) {
+    CHECK(filled(p[i], 40, self * 50 + (size_t)i));
+    if (i > 0)
+      fw_pool_free(td_pool, p[i]);
+  }
+  td_kept[self] = p[0]; /* one object per thread stays live */
+}
+
+static void *td_worker(void *arg) {
+  void *p = fw_pool_alloc(td_pool); /* the pool's exit handler is registered */
+  CHECK(p != NULL);
+  fw_pool_free(td_pool, p);
+  CHECK(pthread_setspecific(td_key, arg) == 0);
+  return NULL;
+}
+
+static void test_use_in_thread_destructor(void) {
+  td_pool = fw_pool_new(40, 0, NULL);
+  CHECK(td_pool != NULL);
+  CHECK(pthread_key_create(&td_key, td_destructor) == 0);
+  pthread_t th[8];
+  for (uintptr_t i = 0; i < 8; i++)
+    CHECK(pthread_create(&th[i], NULL, td_worker, (void *)(i + 1)) == 0);
+  for (int i = 0; i < 8; i++)
+    pthread_join(th[i], NULL);
+  CHECK(stats_of(td_pool).objects_live == 8);
+  check_disjoint(td_kept, 8, 40);
+  for (int i = 0; i < 8; i++)
+    fw_pool_free(td_pool, td_kept[i]);
+  CHECK(stats_of(td_pool).objects_live == 0);
+  pthread_key_delete(td_key);
+  fw_pool_destroy(td_pool);
+}
+
 /* ---- fork while other threads use the pool ------------------------------ */
 static fw_pool_t *fk_pool;
 static volatile int fk_stop;
@@ -704,6 +752,45 @@ static void test_fork(void) {
   fw_pool_destroy(fk_pool);
 }
 
+/* With FREEWAY_CAUTIOUS=1, misuse of fw_pool_free aborts: run each misuse
+ * in a child process and expect SIGABRT. */
+static void expect_abort(int misuse) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    alarm(20);
+    fw_pool_t *pool = fw_pool_new(48, 0, NULL), *other = fw_pool_new(48, 0, NULL);
+    if (pool == NULL || other == NULL)
+      _exit(2);
+    char *p = fw_pool_alloc(pool), *q = fw_pool_alloc(other);
+    if (p == NULL || q == NULL)
+      _exit(3);
+    switch (misuse) {
+    case 0: /* twice in a row */
+      fw_pool_free(pool, p);
+      fw_pool_free(pool, p);
+      break;
+    case 1: /* to the wrong pool */
+      fw_pool_free(pool, q);
+      break;
+    default: /* not the start of an object */
+      fw_pool_free(pool, p + 8);
+      break;
+    }
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+static void test_cautious_checks(void) {
+  if (fw_option_get("cautious") <= 0)
+    return;
+  for (int misuse = 0; misuse < 3; misuse++)
+    expect_abort(misuse);
+}
+
 int main(void) {
   test_bad_arguments();
   test_contents_and_stats();
@@ -714,7 +801,9 @@ int main(void) {
   test_thread_exit_flush();
   test_destroy_with_cached_objects();
   test_many_pools();
+  test_use_in_thread_destructor();
   test_fork();
+  test_cautious_checks();
   printf("pool tests passed\n");
   return 0;
 }
