@@ -394,11 +394,12 @@ static void t_collect(void) {
   for (size_t i = 1; i < N; i += 2) bcheck(&b[i]);
   fw_heap_stats_t s;
   heap_stats(h, &s);
-  CHECK(s.blocks_live == N / 2);
+  CHECKF(s.blocks_live == N / 2, "blocks_live %zu after freeing half of %d and fw_heap_collect",
+         s.blocks_live, (int)N);
   for (size_t i = 1; i < N; i += 2) X.free(b[i].p);
   X.heap_collect(h, true);
   heap_stats(h, &s);
-  CHECK(s.blocks_live == 0);
+  CHECKF(s.blocks_live == 0, "blocks_live %zu after freeing all and fw_heap_collect", s.blocks_live);
   /* The heap still works after being emptied. */
   void *p = X.heap_malloc(h, 100);
   CHECK(p && X.heap_contains(h, p));

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The whole test run of freeway:
+#   1. installs what it needs (Debian/Ubuntu; skipped when all is present),
+#   2. release build with gcc + ctest (API, heaps, stress, cross-thread,
+#      churn, fork, out-of-memory, RSS, LD_PRELOAD and static flavours, real
+#      programs under LD_PRELOAD),
+#   3. build of everything with clang (-Werror) and its API tests,
+#   4. AddressSanitizer + UBSan build of the fw_* tests,
+#   5. ThreadSanitizer build of the multi-threaded tests.
+# Exits non-zero if any build or test fails. Run from anywhere:
+#   bash scripts/test.sh
+# Environment: JOBS (parallel jobs, default: number of CPUs),
+#   FW_TEST_STAGES (default "release clang asan tsan").
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+stages=${FW_TEST_STAGES:-"release clang asan tsan"}
+
+log() { printf '\n==== %s\n' "$*"; }
+
+# ---- dependencies -----------------------------------------------------------
+need_cmds="cmake make gcc g++ clang sqlite3 python3 git gzip awk"
+install_deps() {
+  local missing=() c
+  for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+  # The sanitizer runtimes come with gcc; check that they link.
+  local probe
+  probe=$(mktemp -d)
+  printf 'int main(void) { return 0; }\n' > "$probe/p.c"
+  local san_ok=1
+  if command -v gcc >/dev/null 2>&1; then
+    gcc -fsanitize=address,undefined "$probe/p.c" -o "$probe/a" >/dev/null 2>&1 || san_ok=0
+    gcc -fsanitize=thread "$probe/p.c" -o "$probe/t" >/dev/null 2>&1 || san_ok=0
+  fi
+  rm -rf "$probe"
+  if [ ${#missing[@]} -eq 0 ] && [ $san_ok -eq 1 ]; then
+    echo "dependencies: all present"
+    return 0
+  fi
+  echo "dependencies: missing ${missing[*]:-} (sanitizer runtimes ok: $san_ok); installing"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q || return 1
+  $sudo apt-get install -y -q --no-install-recommends cmake make gcc g++ clang sqlite3 \
+    python3 git gzip gawk libc6-dev libasan8 libubsan1 libtsan2 ||
+    $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk libc6-dev ||
+    return 1
+}
+
+# ---- bookkeeping ------------------------------------------------------------------
+total_pass=0
+total_fail=0
+failed_stages=()
+summary=()
+
+# run_ctest STAGE BUILD_DIR ctest-args...: runs ctest, records its counts.
+run_ctest() {
+  local stage=$1 dir=$2
+  shift 2
+  local out="$dir/ctest-output.txt" rc=0
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  local line pass=0 fail=0 all=0
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" | tail -n 1)
+  if [ -n "$line" ]; then
+    fail=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    all=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    pass=$((all - fail))
+  fi
+  total_pass=$((total_pass + pass))
+  total_fail=$((total_fail + fail))
+  summary+=("$stage: $pass passed, $fail failed (ctest exit $rc)")
+  if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
+    failed_stages+=("$stage")
+  fi
+}
+
+build() {
+  local stage=$1 dir=$2
+  shift 2
+  if ! "$@"; then
+    summary+=("$stage: BUILD FAILED")
+    failed_stages+=("$stage")
+    total_fail=$((total_fail + 1))
+    return 1
+  fi
+}
+
+# ---- stages ----------------------------------------------------------------------
+stage_release() {
+  log "release build (gcc)"
+  build release build cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
+    build release build cmake --build build -j "$jobs" || return
+  log "release tests"
+  run_ctest release build --timeout 900
+}
+
+stage_clang() {
+  log "clang build of everything (-Werror)"
+  build clang build-clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFW_WERROR=ON &&
+    build clang build-clang cmake --build build-clang -j "$jobs" || return
+  log "clang: API, heap and stats tests"
+  run_ctest clang build-clang -R '^(api|heap|stats)\.[a-z_0-9]+$' --timeout 600
+}
+
+sanitizer_stage() {
+  local name=$1 flags=$2
+  local dir=build-$name
+  log "$name build (fw_* tests against libfreeway-fw.a, $flags)"
+  build "$name" "$dir" cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
+    -DFWT_SANITIZER="$name" -DFW_BUILD_BENCH=OFF \
+    "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" \
+    "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" &&
+    build "$name" "$dir" cmake --build "$dir" --target fwt_all -j "$jobs" || return
+  log "$name tests"
+  run_ctest "$name" "$dir" -L sanitizer --timeout 900
+}
+stage_asan() {
+  sanitizer_stage asan "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+}
+stage_tsan() {
+  sanitizer_stage tsan "-fsanitize=thread"
+}
+
+start=$(date +%s)
+if ! install_deps; then
+  echo "could not install the dependencies" >&2
+  exit 1
+fi
+for s in $stages; do
+  t0=$(date +%s)
+  "stage_$s"
+  echo "stage $s took $(( $(date +%s) - t0 ))s"
+done
+
+log "summary ($(( $(date +%s) - start ))s)"
+for l in "${summary[@]}"; do echo "  $l"; done
+echo "total: $total_pass passed, $total_fail failed"
+if [ ${#failed_stages[@]} -ne 0 ]; then
+  echo "FAILED stages: ${failed_stages[*]}"
+  exit 1
+fi
+echo "all stages passed"
