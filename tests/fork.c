@@ -84,10 +84,10 @@ static void child(int round, char **parent_blocks, size_t np) {
   alarm(60);
   fwt_rng r;
   fwt_rng_init(&r, (uint64_t)round + 77);
-  enum { N = 5000 };
+  enum { N = 3000 };
   char **v = fwt_scratch(N * sizeof *v);
   for (size_t i = 0; i < N; i++) {
-    size_t n = fwt_random_size(&r, 8 << 20);
+    size_t n = fwt_random_size(&r, 2 << 20);
     if (n < 16) n = 16;
     v[i] = A.malloc(n);
     CHECK(v[i]);
@@ -133,7 +133,7 @@ static void t_fork(void) {
   for (int i = 0; i < BG; i++) CHECK(pthread_create(&t[i], NULL, background, (void *)(uintptr_t)(i + 1)) == 0);
   fwt_rng r;
   fwt_rng_init(&r, 3);
-  size_t rounds = fwt_scaled(30);
+  size_t rounds = fwt_scaled(20);
   for (size_t round = 0; round < rounds; round++) {
     enum { NP = 100 };
     char *mine[NP];
