@@ -50,7 +50,7 @@ FW_API void fw_free_aligned(void *p, size_t alignment);
 FW_API void fw_free_aligned_sized(void *p, size_t alignment, size_t size);
 FW_API size_t fw_malloc_usable_size(const void *p);
 
-FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(2) void *fw_malloc_aligned(size_t size, size_t alignment);
+FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(1) void *fw_malloc_aligned(size_t size, size_t alignment);
 FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(2) void *fw_aligned_alloc(size_t alignment, size_t size);
 FW_API int fw_posix_memalign(void **out, size_t alignment, size_t size);
 FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(2) void *fw_memalign(size_t alignment, size_t size);

@@ -46,7 +46,7 @@ FW_HIDDEN void fw_page_retire_empty(fw_page_t *page);
 FW_INLINE void fw_free_fast(void *p) {
   if (fw_unlikely(p == NULL)) return;
   fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
-  if (fw_likely(page->tag == fw_thread_id())) {
+  if (fw_likely(__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id())) {
     fw_block_t *b = (fw_block_t *)p;
     b->next = page->free;
     page->free = b;

@@ -22,7 +22,7 @@ void fw_free_local_slow(fw_page_t *page, fw_block_t *b) {
 /* A free by another thread: one compare-and-swap, on the page's list or, if
  * the page is full, on its heap's delayed list. */
 void fw_free_remote(fw_page_t *page, fw_block_t *b) {
-  if (fw_unlikely(page->flags & FW_PF_CHECKED)) fw_check_free(page, b);
+  if (fw_unlikely(fw_page_flags(page) & FW_PF_CHECKED)) fw_check_free(page, b);
   uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
   while (true) {
     if (x & FW_XFREE_DELAYED) {
@@ -50,7 +50,7 @@ void fw_free_generic(void *p) {
   fw_segment_t *seg = fw_ptr_segment(p);
   fw_page_t *page = fw_ptr_page(p);
   fw_block_t *b = (fw_block_t *)p;
-  if (page->flags & FW_PF_ALIGNED || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
+  if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
   if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id())
     fw_free_local_slow(page, b);
   else

@@ -94,8 +94,8 @@ static void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
     }
   }
   /* 3. every page: drop it or hand it on */
-  for (size_t c = 0; c <= FW_CLASS_COUNT; c++) {
-    fw_page_queue_t *q = c == FW_CLASS_COUNT ? &heap->full : &heap->queues[c];
+  for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
+    fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     while (q->first) {
       fw_page_t *pg = q->first;
       fw_page_queue_remove(heap, q, pg);
@@ -193,7 +193,7 @@ size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
 void fw_heap_collect(fw_heap_t *heap, bool force) {
   if (!heap || heap == &fw_heap_empty) return;
   fw_heap_collect_delayed(heap);
-  for (size_t c = 1; c < FW_CLASS_COUNT; c++) {
+  for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
     fw_page_queue_t *q = &heap->queues[c];
     fw_page_t *pg = q->first;
     while (pg) {
@@ -213,6 +213,10 @@ void fw_heap_collect(fw_heap_t *heap, bool force) {
 void fw_collect(bool force) {
   fw_heap_t *heap = fw_tls_heap;
   if (heap != &fw_heap_empty) {
+    /* adopt what exited threads left, so their freed blocks can go back too */
+    if (force)
+      for (int i = 0; i < 100000 && fw_segment_reclaim_one(heap); i++) {
+      }
     for (fw_heap_t *h = heap->tld->heaps; h; h = h->next) fw_heap_collect(h, force);
   } else {
     uint64_t now = fw_os_clock_ms();
@@ -221,8 +225,8 @@ void fw_collect(bool force) {
 }
 
 static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, void *), void *arg) {
-  for (size_t c = 0; c <= FW_CLASS_COUNT; c++) {
-    const fw_page_queue_t *q = c == FW_CLASS_COUNT ? &heap->full : &heap->queues[c];
+  for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
+    const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     for (const fw_page_t *pg = q->first; pg; pg = pg->next) fn(pg, arg);
   }
 }
@@ -239,7 +243,7 @@ static void fw_stats_page(const fw_page_t *pg, void *arg) {
   fw_heap_stats_t *s = arg;
   size_t live = fw_page_live(pg);
   s->blocks_live += live;
-  s->bytes_live += pg->kind == FW_KIND_LARGE ? (live ? pg->requested : 0) : live * pg->block_size;
+  s->bytes_live += live * pg->block_size;
   s->pages++;
   s->bytes_reserved += pg->kind == FW_KIND_LARGE ? fw_page_segment(pg)->size : (size_t)pg->slices * FW_SLICE_SIZE;
 }

@@ -182,7 +182,7 @@ FW_INLINE fw_page_t *fw_ptr_slice(fw_segment_t *seg, const void *p) {
 FW_INLINE fw_page_t *fw_ptr_page(const void *p) {
   fw_segment_t *seg = fw_ptr_segment(p);
   fw_page_t *pg = fw_ptr_slice(seg, p);
-  if (pg->flags & FW_PF_REDIRECT) pg -= pg->slice_offset;
+  if (__atomic_load_n(&pg->flags, __ATOMIC_RELAXED) & FW_PF_REDIRECT) pg -= pg->slice_offset;
   return pg;
 }
 FW_INLINE fw_segment_t *fw_page_segment(const fw_page_t *pg) {
@@ -192,15 +192,18 @@ FW_INLINE fw_segment_t *fw_page_segment(const fw_page_t *pg) {
 /* Every change of a page's flags or owner goes through here, keeping the
  * fast path's tag in step. */
 FW_INLINE void fw_page_flags_set(fw_page_t *pg, unsigned flags) {
-  pg->flags = (uint8_t)flags;
-  pg->tag = flags ? 0 : atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed);
+  /* relaxed atomic stores: other threads' frees read both fields */
+  __atomic_store_n(&pg->flags, (uint8_t)flags, __ATOMIC_RELAXED);
+  __atomic_store_n(&pg->tag, flags ? 0 : atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed),
+                   __ATOMIC_RELAXED);
 }
+#define fw_page_flags(pg) __atomic_load_n(&(pg)->flags, __ATOMIC_RELAXED)
 
 FW_INLINE size_t fw_size_class(size_t size) {
-  if (size <= 128) return size <= 8 ? 1 : (size + 7) >> 3;
+  if (size <= 128) return size <= 8 ? 1 : ((size + 15) >> 4) + 1;
   size_t s = size - 1;
   unsigned b = 63u - (unsigned)__builtin_clzll(s);
-  return 17 + (size_t)(b - 7) * 8 + ((s >> (b - 3)) & 7);
+  return 10 + (size_t)(b - 7) * 8 + ((s >> (b - 3)) & 7);
 }
 
 FW_INLINE size_t fw_align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }

@@ -149,7 +149,9 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   fw_tld_t *tld = heap->tld;
   fw_segment_t *seg = tld->segments_free[kind];
   /* Adopt segments that exited threads left behind before mapping more. */
-  for (int i = 0; !seg && i < 8 && fw_segment_reclaim_one(heap); i++) {
+  if (!seg) {
+    for (int i = 0; i < 8 && fw_segment_reclaim_one(heap); i++) {
+    }
     seg = tld->segments_free[kind];
   }
   if (!seg) {
@@ -280,7 +282,7 @@ void fw_segments_abandon(fw_tld_t *tld) {
         if (pg->flags & FW_PF_UNUSED) continue;
         atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
         pg->next = pg->prev = NULL;
-        pg->tag = 0;
+        __atomic_store_n(&pg->tag, 0, __ATOMIC_RELAXED);
       }
       seg->tld = NULL;
       atomic_store_explicit(&seg->thread_id, 0, memory_order_release);

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Generates src/sizeclass.h, the size-class table of freeway.
 
-Classes: 8-byte steps up to 128 bytes, then eight classes per doubling
+Classes: 8, then 16-byte steps up to 128 bytes (every block above 8 bytes
+is 16-byte aligned, as C requires for max_align_t), then eight classes per doubling
 (2^b + k * 2^(b-3), k = 1..8) up to FW_MEDIUM_MAX. Eight steps per doubling
-bound the internal waste of any request above 64 bytes by 12.5 %; below that
-the 8-byte granule bounds it by 7 bytes. The C function fw_size_class() in
+bound the internal waste of any request above 128 bytes by 12.5 %; below
+that the 16-byte granule bounds it by 15 bytes. The C function fw_size_class() in
 src/internal.h computes the same mapping arithmetically; the table is checked
 against it at start-up in cautious mode and by the unit tests.
 
@@ -18,7 +19,7 @@ DIRECT_MAX = 1024             # sizes served through the heap's direct table
 
 
 def classes():
-    sizes = [0] + [8 * i for i in range(1, 17)]
+    sizes = [0, 8] + [16 * i for i in range(1, 9)]
     b = 7
     while sizes[-1] < MEDIUM_MAX:
         for k in range(1, 9):
@@ -53,14 +54,14 @@ def main():
     for i in range(1, len(sizes)):
         lo = sizes[i - 1] + 1
         waste = (sizes[i] - lo) / sizes[i]
-        if lo > 64:
+        if lo > 128:
             worst = max(worst, waste)
         page = SMALL_PAGE if sizes[i] <= SMALL_MAX else MEDIUM_PAGE
         per_page = page // sizes[i]
         tail = (page - per_page * sizes[i]) / page
         w(" *  class %3d  size %7d  worst request %7d  waste %5.1f %%  per page %5d  page tail %4.1f %%"
           % (i, sizes[i], lo, 100 * waste, per_page, 100 * tail))
-    w(" * worst waste for requests above 64 bytes: %.2f %%" % (100 * worst))
+    w(" * worst waste for requests above 128 bytes: %.2f %%" % (100 * worst))
     w(" */")
     assert worst <= 0.125 + 1e-9
     w("#endif")
