@@ -201,8 +201,8 @@ void fw_heap_collect(fw_heap_t *heap, bool force) {
       fw_page_collect(pg);
       bool head = pg == q->first;
       if (pg->used == (head ? 1u : 0u) && (!head || force)) {
-        if (head) fw_page_queue_remove(heap, q, pg);   /* drops the head's extra count */
-        fw_page_retire(heap, pg);
+        fw_page_queue_remove(heap, q, pg);  /* for the head, also drops its extra count */
+        fw_segment_page_free(heap->tld, pg);
       }
       pg = next;
     }
