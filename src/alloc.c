@@ -142,7 +142,7 @@ void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align) {
   if (size <= FW_MEDIUM_MAX) {
     void *p = fw_malloc_plain(heap, size);
     if (!p || ((uintptr_t)p & (align - 1)) == 0) return p;
-    fw_free_generic(p);
+    fw_free_local_unchecked(fw_ptr_page(p), p);
   }
   if (size + align - 1 <= FW_MEDIUM_MAX) {
     uint8_t *b = fw_malloc_plain(heap, size + align - 1);

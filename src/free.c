@@ -9,6 +9,11 @@ void fw_page_retire_empty(fw_page_t *page) {
 /* A free by the owning thread that the fast path could not finish. */
 void fw_free_local_slow(fw_page_t *page, fw_block_t *b) {
   if (fw_unlikely(page->flags & FW_PF_CHECKED)) fw_check_free(page, b);
+  fw_free_local_unchecked(page, b);
+}
+
+/* For blocks the allocator itself takes back before handing them out. */
+void fw_free_local_unchecked(fw_page_t *page, fw_block_t *b) {
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   b->next = page->free;
   page->free = b;

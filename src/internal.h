@@ -303,6 +303,7 @@ FW_HIDDEN void *fw_enomem(void);
 /* ---- free.c ----------------------------------------------------------- */
 FW_HIDDEN void fw_free_generic(void *p);
 FW_HIDDEN void fw_free_local_slow(fw_page_t *page, fw_block_t *b);
+FW_HIDDEN void fw_free_local_unchecked(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN void fw_free_remote(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN size_t fw_usable_size(const void *p);
 
