@@ -62,8 +62,7 @@ summary=()
 #   accumulate faster than threads adopt them)
 # - oom.exhaust_large: arena address space is never unmapped, so a block that
 #   needs its own mapping fails under RLIMIT_AS after the arenas filled it
-# - cxx_pool_cautious: cautious-mode aligned allocation reports a false overrun
-known_failing=${FW_KNOWN_FAILING-'^(churn\.churn|oom\.exhaust_large|cxx_pool_cautious)'}
+known_failing=${FW_KNOWN_FAILING-'^(churn\.churn|oom\.exhaust_large)'}
 
 # run_ctest STAGE BUILD_DIR ctest-args...: runs ctest, records its counts.
 run_ctest() {
