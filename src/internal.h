@@ -276,7 +276,7 @@ FW_HIDDEN void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page
 FW_HIDDEN void fw_page_unfull(fw_heap_t *heap, fw_page_t *page);
 FW_HIDDEN void fw_page_to_full(fw_heap_t *heap, fw_page_t *page);
 FW_HIDDEN void fw_page_retire(fw_heap_t *heap, fw_page_t *page);
-FW_HIDDEN void fw_page_adopt(fw_heap_t *heap, fw_page_t *page);
+FW_HIDDEN bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page);
 FW_HIDDEN fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p);
 FW_HIDDEN size_t fw_page_usable(const fw_page_t *page, const void *p);
 

@@ -155,22 +155,24 @@ void fw_page_retire(fw_heap_t *heap, fw_page_t *page) {
   fw_segment_page_free(heap->tld, page);
 }
 
-/* Takes a page of an adopted segment into heap. */
-void fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
+/* Takes a page of an adopted segment into heap. Returns false if the page
+ * had no live block and went back to its segment (which may be gone now). */
+bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   atomic_store_explicit(&page->heap, heap, memory_order_release);
   fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED));
   page->next = page->prev = NULL;
   fw_page_collect(page);
   if (page->used == 0) {
     fw_segment_page_free(heap->tld, page);
-    return;
+    return false;
   }
   if (page->kind != FW_KIND_LARGE && (page->free || page->capacity < page->reserved)) {
     fw_page_queue_push(heap, &heap->queues[page->cls], page);
-    return;
+    return true;
   }
   if (page->kind == FW_KIND_LARGE) page->cls = FW_CLASS_LARGE;
   fw_page_to_full(heap, page);
+  return true;
 }
 
 fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {

@@ -317,9 +317,10 @@ bool fw_segment_reclaim_one(fw_heap_t *heap) {
     fw_page_t *pg = &seg->pages[i];
     if (pg->flags & FW_PF_UNUSED) continue;
     bool last = seg->pages_used == 1;
-    fw_page_adopt(heap, pg);  /* may free the page, and with the last one the segment */
-    if (last && pg->used == 0) break;
-    if (seg->kind == FW_KIND_LARGE) break;
+    bool large = seg->kind == FW_KIND_LARGE;
+    /* with its last page freed the segment is gone: touch nothing more */
+    if (!fw_page_adopt(heap, pg) && last) break;
+    if (large) break;
   }
   return true;
 }
