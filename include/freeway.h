@@ -90,7 +90,7 @@ typedef struct fw_heap_stats_s {
   size_t size;           /* sizeof(fw_heap_stats_t), set by the caller */
   size_t blocks_live;    /* blocks allocated and not yet freed */
   size_t bytes_live;     /* usable bytes of those blocks */
-  size_t bytes_peak;     /* highest bytes_live seen */
+  size_t bytes_peak;     /* highest bytes_live seen by fw_heap_stats calls */
   size_t pages;          /* pages the heap holds */
   size_t bytes_reserved; /* bytes of those pages */
 } fw_heap_stats_t;
@@ -149,8 +149,8 @@ FW_API long fw_option_get(const char *name);
 FW_API int fw_option_set(const char *name, long value);
 
 /* ---- Leak search and heap walking -------------------------------------- */
-/* Calls visit for every live block of the calling thread's heaps (and, with
- * all_threads, the abandoned ones); stops when visit returns false. */
+/* Calls visit for every live block of heap (which the calling thread owns);
+ * stops when visit returns false. FREEWAY_LEAK_REPORT=1 uses it at exit. */
 typedef bool fw_block_visitor_t(const void *block, size_t usable_size, void *arg);
 FW_API void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg);
 

@@ -232,8 +232,6 @@ static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, vo
 }
 
 static size_t fw_page_live(const fw_page_t *pg) {
-  const fw_page_queue_t *q = NULL;
-  (void)q;
   fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
   bool head = !(pg->flags & FW_PF_FULL) && heap && heap->queues[pg->cls].first == pg;
   return pg->used - (head ? 1u : 0u);
@@ -312,9 +310,6 @@ void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) 
   fw_heap_walk(heap, fw_visit_page, &ctx);
 }
 
-void fw_heap_fork_prepare(void);
-void fw_heap_fork_parent(void);
-void fw_heap_fork_child(void);
 FW_HIDDEN void fw_heap_fork_prepare(void) { pthread_mutex_lock(&fw_heap_pool_lock); }
 FW_HIDDEN void fw_heap_fork_parent(void) { pthread_mutex_unlock(&fw_heap_pool_lock); }
 FW_HIDDEN void fw_heap_fork_child(void) { pthread_mutex_init(&fw_heap_pool_lock, NULL); }
