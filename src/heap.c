@@ -310,6 +310,6 @@ void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) 
   fw_heap_walk(heap, fw_visit_page, &ctx);
 }
 
-FW_HIDDEN void fw_heap_fork_prepare(void) { pthread_mutex_lock(&fw_heap_pool_lock); }
-FW_HIDDEN void fw_heap_fork_parent(void) { pthread_mutex_unlock(&fw_heap_pool_lock); }
-FW_HIDDEN void fw_heap_fork_child(void) { pthread_mutex_init(&fw_heap_pool_lock, NULL); }
+void fw_heap_fork_prepare(void) { pthread_mutex_lock(&fw_heap_pool_lock); }
+void fw_heap_fork_parent(void) { pthread_mutex_unlock(&fw_heap_pool_lock); }
+void fw_heap_fork_child(void) { pthread_mutex_init(&fw_heap_pool_lock, NULL); }

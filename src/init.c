@@ -15,10 +15,6 @@ static pthread_mutex_t fw_meta_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *fw_meta_cur, *fw_meta_end;   /* guarded by fw_meta_lock */
 static fw_tld_t *fw_tld_pool;                /* guarded by fw_meta_lock */
 
-FW_HIDDEN void fw_page_tables_init(void);
-FW_HIDDEN void fw_heap_fork_prepare(void);
-FW_HIDDEN void fw_heap_fork_parent(void);
-FW_HIDDEN void fw_heap_fork_child(void);
 
 /* Metadata (thread data, heap structs) is carved from 1 MiB mappings and
  * never returned: a late remote free may still read a recycled heap. */

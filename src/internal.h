@@ -229,6 +229,7 @@ typedef enum {
 #undef FW_OPTION
 FW_HIDDEN extern long fw_options[FW_OPT_COUNT_];
 FW_HIDDEN void fw_options_init(void);
+FW_HIDDEN void fw_options_print(int fd);
 #define fw_opt(id) (fw_options[FW_OPT_##id])
 
 /* ---- stats.c -------------------------------------------------------------- */
@@ -268,6 +269,7 @@ FW_INLINE uint64_t fw_segment_cookie(const fw_segment_t *s) {
 
 /* ---- page.c ----------------------------------------------------------- */
 FW_HIDDEN extern fw_page_t fw_page_empty;
+FW_HIDDEN void fw_page_tables_init(void);
 FW_HIDDEN fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls);
 FW_HIDDEN void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size);
 FW_HIDDEN void fw_page_collect(fw_page_t *page);
@@ -287,6 +289,9 @@ FW_HIDDEN void fw_heap_collect_delayed(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_release_all(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_housekeeping(fw_heap_t *heap, bool force);
 FW_HIDDEN void fw_heap_struct_free(fw_heap_t *heap);
+FW_HIDDEN void fw_heap_fork_prepare(void);
+FW_HIDDEN void fw_heap_fork_parent(void);
+FW_HIDDEN void fw_heap_fork_child(void);
 
 /* ---- alloc.c ---------------------------------------------------------- */
 FW_HIDDEN void *fw_malloc_generic(fw_heap_t *heap, size_t size);

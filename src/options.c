@@ -77,7 +77,6 @@ int fw_option_set(const char *name, long value) {
 }
 
 /* Used by fw_stats_print: one line per option. */
-FW_HIDDEN void fw_options_print(int fd);
 void fw_options_print(int fd) {
   char line[256];
   for (int i = 0; i < FW_OPT_COUNT_; i++) {

@@ -18,7 +18,6 @@ fw_page_t fw_page_empty;
 static uint16_t fw_direct_first[FW_CLASS_COUNT + 1];
 static uint8_t fw_direct_cls[FW_DIRECT_SLOTS];
 
-FW_HIDDEN void fw_page_tables_init(void);
 void fw_page_tables_init(void) {
   for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) fw_direct_cls[w] = (uint8_t)fw_size_class(w);
   for (size_t w = FW_DIRECT_SLOTS; w-- > 0;) fw_direct_first[fw_direct_cls[w]] = (uint16_t)w;

@@ -55,8 +55,6 @@ int fw_stats_get(fw_stats_t *out) {
   return 0;
 }
 
-FW_HIDDEN void fw_options_print(int fd);
-
 void fw_stats_print(int fd) {
   char buf[1024];
   int n = fw_snprintf(buf, sizeof buf,
