@@ -19,8 +19,10 @@
 struct fw_arena_s {
   uint8_t *base;                         /* written once before count is raised */
   uint32_t chunks;
+  _Atomic(bool) released;                /* unmapped; every chunk stays "in use" */
   _Atomic(uint64_t) inuse[FW_ARENA_WORDS];
   _Atomic(uint64_t) dirty[FW_ARENA_WORDS];
+  _Atomic(uint64_t) abandoned[FW_ARENA_WORDS];     /* first chunk of an abandoned segment */
   _Atomic(uint64_t) purge_at[FW_ARENA_CHUNKS_MAX]; /* ms; valid while dirty and free */
 };
 
@@ -192,10 +194,91 @@ void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks) {
   atomic_fetch_and_explicit(&a->inuse[w], ~m, memory_order_release);
 }
 
+/* ---- abandoned segments ----------------------------------------------------
+ * A segment whose thread exited while it still held live blocks is marked by
+ * one bit at its first chunk. Whoever clears the bit (one atomic operation)
+ * owns the segment: a thread that needs a segment scans for any bit, a
+ * thread that frees into an abandoned segment clears that segment's bit.
+ * No list to link, so no lock and no ABA, and the memory is never unmapped
+ * while marked. */
+static _Atomic(size_t) fw_abandoned_hint;  /* marked segments, read as a hint */
+
+void fw_arena_mark_abandoned(fw_arena_t *a, uint32_t chunk) {
+  atomic_fetch_add_explicit(&fw_abandoned_hint, 1, memory_order_relaxed);
+  atomic_fetch_or_explicit(&a->abandoned[chunk / 64], (uint64_t)1 << (chunk % 64), memory_order_release);
+}
+
+static bool fw_arena_take_bit(fw_arena_t *a, uint32_t chunk) {
+  uint64_t bit = (uint64_t)1 << (chunk % 64);
+  if (!(atomic_fetch_and_explicit(&a->abandoned[chunk / 64], ~bit, memory_order_acq_rel) & bit)) return false;
+  atomic_fetch_sub_explicit(&fw_abandoned_hint, 1, memory_order_relaxed);
+  return true;
+}
+
+bool fw_arena_reclaim(fw_arena_t *a, uint32_t chunk) {
+  if (!(atomic_load_explicit(&a->abandoned[chunk / 64], memory_order_relaxed) & ((uint64_t)1 << (chunk % 64))))
+    return false;
+  return fw_arena_take_bit(a, chunk);
+}
+
+void *fw_arena_reclaim_any(void) {
+  if (atomic_load_explicit(&fw_abandoned_hint, memory_order_relaxed) == 0) return NULL;
+  size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+  for (size_t i = 0; i < count; i++) {
+    fw_arena_t *a = &fw_arenas[i];
+    for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
+      uint64_t bits = atomic_load_explicit(&a->abandoned[w], memory_order_relaxed);
+      while (bits) {
+        uint32_t chunk = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
+        if (fw_arena_take_bit(a, chunk)) return a->base + (size_t)chunk * FW_SEGMENT_SIZE;
+        bits &= bits - 1;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Unmaps every arena with no chunk in use, for a request that needs
+ * address space of its own (a huge block under RLIMIT_AS). Each word of the
+ * arena is claimed whole; the claims are never given back, so the slot stays
+ * dead and no other thread can be inside it. Returns the bytes unmapped. */
+size_t fw_arena_release_unused(void) {
+  size_t released = 0;
+  size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+  for (size_t i = 0; i < count; i++) {
+    fw_arena_t *a = &fw_arenas[i];
+    if (atomic_load_explicit(&a->released, memory_order_relaxed)) continue;
+    size_t w = 0;
+    for (; w < FW_ARENA_WORDS; w++) {
+      uint64_t zero = 0;
+      if (!atomic_compare_exchange_strong_explicit(&a->inuse[w], &zero, ~(uint64_t)0, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+        break;
+    }
+    if (w < FW_ARENA_WORDS) {
+      /* something is in use: undo the words taken so far */
+      while (w-- > 0) atomic_store_explicit(&a->inuse[w], 0, memory_order_release);
+      continue;
+    }
+    size_t dirty = 0;
+    for (w = 0; w < FW_ARENA_WORDS; w++)
+      dirty += (size_t)__builtin_popcountll(atomic_exchange_explicit(&a->dirty[w], 0, memory_order_acq_rel) &
+                                           fw_word_valid(a, w));
+    atomic_store_explicit(&a->released, true, memory_order_release);
+    size_t bytes = (size_t)a->chunks * FW_SEGMENT_SIZE;
+    fw_stat_sub(committed, dirty * FW_SEGMENT_SIZE);
+    fw_stat_sub(reserved, bytes);
+    fw_os_unmap(a->base, bytes);
+    released += bytes;
+  }
+  return released;
+}
+
 bool fw_arena_contains(const void *p) {
   size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
   for (size_t i = 0; i < count; i++) {
     const fw_arena_t *a = &fw_arenas[i];
+    if (atomic_load_explicit(&a->released, memory_order_acquire)) continue;
     if ((const uint8_t *)p >= a->base && (const uint8_t *)p < a->base + (size_t)a->chunks * FW_SEGMENT_SIZE)
       return true;
   }

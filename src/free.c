@@ -56,7 +56,8 @@ void fw_free_generic(void *p) {
   fw_page_t *page = fw_ptr_page(p);
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
-  if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id())
+  uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_acquire);
+  if (owner == fw_thread_id() || (owner == 0 && fw_segment_reclaim_on_free(seg)))
     fw_free_local_slow(page, b);
   else
     fw_free_remote(page, b);

@@ -106,6 +106,9 @@ static void fw_thread_done(void *arg) {
     fw_heap_struct_free(h);
   }
   fw_segments_abandon(tld);
+  /* the segments this thread freed must not wait for another thread's
+   * housekeeping to be purged */
+  fw_arena_purge(fw_os_clock_ms(), false);
   tld->done = true;
   fw_stat_sub(threads, 1);
   pthread_mutex_lock(&fw_meta_lock);

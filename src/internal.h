@@ -150,7 +150,6 @@ struct fw_tld_s {
   fw_segment_t *segments;           /* all owned segments */
   fw_segment_t *segments_free[2];   /* small / medium with a free page */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
-  uint64_t next_housekeeping;       /* slow-path count for the next clock read */
   fw_tld_t *pool_next;
   bool done;                        /* thread has exited */
 };
@@ -248,6 +247,10 @@ FW_HIDDEN void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chun
 FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks);
 FW_HIDDEN void fw_arena_purge(uint64_t now, bool force);
 FW_HIDDEN bool fw_arena_contains(const void *p);
+FW_HIDDEN size_t fw_arena_release_unused(void);
+FW_HIDDEN void fw_arena_mark_abandoned(fw_arena_t *arena, uint32_t chunk);
+FW_HIDDEN bool fw_arena_reclaim(fw_arena_t *arena, uint32_t chunk); /* true: caller owns it now */
+FW_HIDDEN void *fw_arena_reclaim_any(void);                          /* an abandoned segment, now the caller's */
 FW_HIDDEN void fw_arena_fork_prepare(void);
 FW_HIDDEN void fw_arena_fork_parent(void);
 FW_HIDDEN void fw_arena_fork_child(void);
@@ -259,6 +262,7 @@ FW_HIDDEN void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page);
 FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
 FW_HIDDEN void fw_segments_abandon(fw_tld_t *tld);
 FW_HIDDEN bool fw_segment_reclaim_one(fw_heap_t *heap);
+FW_HIDDEN bool fw_segment_reclaim_on_free(fw_segment_t *seg);
 FW_HIDDEN void fw_segment_fork_prepare(void);
 FW_HIDDEN void fw_segment_fork_parent(void);
 FW_HIDDEN void fw_segment_fork_child(void);

@@ -152,6 +152,9 @@ void fw_page_retire(fw_heap_t *heap, fw_page_t *page) {
   }
   fw_page_collect(page);
   fw_segment_page_free(heap->tld, page);
+  /* Memory freed in a burst is purged while the burst is still being freed
+   * (once its delay is up), not only when the thread allocates again. */
+  fw_heap_housekeeping(heap, false);
 }
 
 /* Takes a page of an adopted segment into heap. Returns false if the page

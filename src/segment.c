@@ -13,10 +13,6 @@
 
 uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
 
-static pthread_mutex_t fw_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
-static fw_segment_t *fw_abandoned;          /* guarded by fw_abandoned_lock */
-static _Atomic(size_t) fw_abandoned_count;  /* read without the lock as a hint */
-
 static size_t fw_slot_bytes(const fw_segment_t *seg) {
   return (size_t)seg->page_slices * FW_SLICE_SIZE;
 }
@@ -74,6 +70,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
   } else {
     if (chunks > SIZE_MAX / FW_SEGMENT_SIZE) return NULL;
     mem = fw_os_map(chunks * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE);
+    if (!mem && fw_arena_release_unused()) mem = fw_os_map(chunks * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE);
     *is_zero = true;
     if (mem) {
       fw_stat_add(reserved, chunks * FW_SEGMENT_SIZE);
@@ -101,6 +98,12 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
     seg->pages_total = FW_SLICES / seg->page_slices;
     seg->free_mask = seg->pages_total == 64 ? ~(uint64_t)0 : (((uint64_t)1 << seg->pages_total) - 1);
     seg->dirty_mask = *is_zero ? 0 : seg->free_mask;
+    if (*is_zero && arena) {
+      /* The arena counted the whole chunk; its untouched page slots are not
+       * committed until a page is set up in them (slot 0 holds the header). */
+      seg->purged_mask = seg->free_mask & ~(uint64_t)1;
+      fw_stat_sub(committed, (size_t)__builtin_popcountll(seg->purged_mask) * fw_slot_bytes(seg));
+    }
     uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
     for (size_t i = 0; i < FW_SLICES; i++) {
       fw_page_t *pg = &seg->pages[i];
@@ -149,11 +152,7 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   fw_tld_t *tld = heap->tld;
   fw_segment_t *seg = tld->segments_free[kind];
   /* Adopt segments that exited threads left behind before mapping more. */
-  if (!seg) {
-    for (int i = 0; i < 8 && fw_segment_reclaim_one(heap); i++) {
-    }
-    seg = tld->segments_free[kind];
-  }
+  for (int i = 0; !seg && i < 16 && fw_segment_reclaim_one(heap); i++) seg = tld->segments_free[kind];
   if (!seg) {
     bool is_zero;
     seg = fw_segment_new(tld, kind, 1, &is_zero);
@@ -265,6 +264,13 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
 
 /* ---- abandoning and reclaiming ------------------------------------------ */
 
+/* Segments from an arena are marked abandoned in the arena's bitmap (see
+ * arena.c); the rare ones with a mapping of their own (huge blocks) wait on a
+ * list under a lock that is only ever tried, never waited for. */
+static pthread_mutex_t fw_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static fw_segment_t *fw_abandoned_direct;          /* guarded by fw_abandoned_lock */
+static _Atomic(size_t) fw_abandoned_direct_count;  /* read without the lock as a hint */
+
 /* Called at thread exit after every heap of the thread has folded in its
  * delayed frees and dropped its empty pages: what is left has live blocks. */
 void fw_segments_abandon(fw_tld_t *tld) {
@@ -286,27 +292,24 @@ void fw_segments_abandon(fw_tld_t *tld) {
       }
       seg->tld = NULL;
       atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
-      pthread_mutex_lock(&fw_abandoned_lock);
-      seg->anext = fw_abandoned;
-      fw_abandoned = seg;
-      pthread_mutex_unlock(&fw_abandoned_lock);
-      atomic_fetch_add_explicit(&fw_abandoned_count, 1, memory_order_relaxed);
       fw_stat_add(abandoned, 1);
+      if (seg->direct) {
+        pthread_mutex_lock(&fw_abandoned_lock);
+        seg->anext = fw_abandoned_direct;
+        fw_abandoned_direct = seg;
+        pthread_mutex_unlock(&fw_abandoned_lock);
+        atomic_fetch_add_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
+      } else {
+        fw_arena_mark_abandoned(seg->arena, seg->chunk);
+      }
     }
     seg = next;
   }
 }
 
-/* Adopts one abandoned segment into heap. Never waits: if another thread
- * holds the list, the caller maps a new segment instead. */
-bool fw_segment_reclaim_one(fw_heap_t *heap) {
-  if (!fw_opt(RECLAIM) || atomic_load_explicit(&fw_abandoned_count, memory_order_relaxed) == 0) return false;
-  if (pthread_mutex_trylock(&fw_abandoned_lock) != 0) return false;
-  fw_segment_t *seg = fw_abandoned;
-  if (seg) fw_abandoned = seg->anext;
-  pthread_mutex_unlock(&fw_abandoned_lock);
-  if (!seg) return false;
-  atomic_fetch_sub_explicit(&fw_abandoned_count, 1, memory_order_relaxed);
+/* Takes a segment that this thread now owns into heap. Pages with no live
+ * block go back at once, and with them possibly the whole segment. */
+static void fw_segment_adopt(fw_heap_t *heap, fw_segment_t *seg) {
   fw_stat_sub(abandoned, 1);
   fw_tld_t *tld = heap->tld;
   seg->anext = NULL;
@@ -322,6 +325,33 @@ bool fw_segment_reclaim_one(fw_heap_t *heap) {
     if (!fw_page_adopt(heap, pg) && last) break;
     if (large) break;
   }
+}
+
+/* Adopts one abandoned segment into heap. Never waits. */
+bool fw_segment_reclaim_one(fw_heap_t *heap) {
+  if (!fw_opt(RECLAIM)) return false;
+  fw_segment_t *seg = fw_arena_reclaim_any();
+  if (!seg && atomic_load_explicit(&fw_abandoned_direct_count, memory_order_relaxed) != 0 &&
+      pthread_mutex_trylock(&fw_abandoned_lock) == 0) {
+    seg = fw_abandoned_direct;
+    if (seg) fw_abandoned_direct = seg->anext;
+    pthread_mutex_unlock(&fw_abandoned_lock);
+    if (seg) atomic_fetch_sub_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
+  }
+  if (!seg) return false;
+  fw_segment_adopt(heap, seg);
+  return true;
+}
+
+/* A thread frees a block of an abandoned segment: it takes the whole
+ * segment, so that the blocks freed into it make whole pages free again
+ * instead of waiting for some thread to need a segment. */
+bool fw_segment_reclaim_on_free(fw_segment_t *seg) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (heap == &fw_heap_empty || !fw_opt(RECLAIM) || seg->direct) return false;
+  fw_arena_t *arena = seg->arena;
+  if (!arena || !fw_arena_reclaim(arena, seg->chunk)) return false;
+  fw_segment_adopt(heap->tld->heap_default, seg);
   return true;
 }
 
