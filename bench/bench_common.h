@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,33 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- errors and memory ---------------------------------------------------- */
+
+static inline void bench_die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  exit(2);
+}
+
+/* A run that cannot get its own bookkeeping memory has nothing to report. */
+static inline void *bench_calloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (!p) bench_die("out of memory");
+  return p;
+}
+
+/* Memory straight from the OS (extra: more MAP_* flags), for the programs'
+ * own tables, so that they do not weigh on the allocator being measured.
+ * Give it back with munmap. */
+static inline void *bench_map(size_t bytes, int extra) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+  if (p == MAP_FAILED) bench_die("mmap failed");
+  return p;
+}
 
 /* ---- time and resource usage ------------------------------------------- */
 
@@ -149,15 +177,6 @@ static inline size_t bench_rng_range(bench_rng_t *r, size_t lo, size_t hi) {
 
 /* ---- command line -------------------------------------------------------- */
 
-static inline void bench_die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  exit(2);
-}
-
 static inline const char *bench_arg_raw(int argc, char **argv, const char *name) {
   for (int i = 1; i + 1 < argc; i++) {
     if (argv[i][0] == '-' && argv[i][1] == '-' && strcmp(argv[i] + 2, name) == 0) return argv[i + 1];
@@ -276,35 +295,133 @@ static inline void bench_json_end(bench_json_t *j) {
 
 /* ---- threads ---------------------------------------------------------------- */
 
-/* Starts n threads running fn(arg_i) with arg_i = args + i * arg_size, lets
- * them all start together, and returns the wall and CPU time from the start
- * signal until the last one has finished. Thread functions must call
- * bench_start_wait() first. */
+/* Keeps values alive so the compiler cannot drop the work producing them. */
+static volatile uint64_t bench_sink;
+
+/* Thread functions started by bench_run_threads must call bench_start_wait()
+ * before their timed work, so that thread creation stays out of the time. */
 static pthread_barrier_t bench_start_barrier;
 
 static inline void bench_start_wait(void) { pthread_barrier_wait(&bench_start_barrier); }
 
-static inline bench_cpu_t bench_run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size) {
-  pthread_t *tids = (pthread_t *)calloc((size_t)n, sizeof *tids);
-  if (!tids) bench_die("out of memory");
-  pthread_barrier_init(&bench_start_barrier, NULL, (unsigned)n + 1);
+/* Creates n threads running fn(args + i * arg_size). */
+static inline void bench_spawn(pthread_t *tids, int n, void *(*fn)(void *), void *args, size_t arg_size) {
   for (int i = 0; i < n; i++) {
     if (pthread_create(&tids[i], NULL, fn, (char *)args + (size_t)i * arg_size) != 0)
       bench_die("pthread_create failed");
   }
+}
+
+static inline void bench_join(const pthread_t *tids, int n) {
+  for (int i = 0; i < n; i++) pthread_join(tids[i], NULL);
+}
+
+/* Starts n threads running fn(arg_i) with arg_i = args + i * arg_size, lets
+ * them all start together, and returns the wall and CPU time from the start
+ * signal until the last one has finished. */
+static inline bench_cpu_t bench_run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size) {
+  pthread_t *tids = (pthread_t *)bench_calloc((size_t)n, sizeof *tids);
+  pthread_barrier_init(&bench_start_barrier, NULL, (unsigned)n + 1);
+  bench_spawn(tids, n, fn, args, arg_size);
   bench_cpu_t start = bench_cpu_now();
   pthread_barrier_wait(&bench_start_barrier);
-  for (int i = 0; i < n; i++) pthread_join(tids[i], NULL);
+  bench_join(tids, n);
   bench_cpu_t end = bench_cpu_now();
   pthread_barrier_destroy(&bench_start_barrier);
   free(tids);
   return bench_cpu_diff(end, start);
 }
 
-/* Keeps values alive so the compiler cannot drop the work producing them. */
-static volatile uint64_t bench_sink;
+/* The first member of a per-thread argument struct used with the
+ * bench_workers_* functions: what every worker has and reports. */
+typedef struct bench_worker {
+  int id;            /* the thread's index, 0 to n-1 */
+  long long bad;     /* failed allocations or corrupted blocks it saw */
+  uint64_t checksum; /* of the bytes it read, folded into bench_sink */
+} bench_worker_t;
+
+/* n copies of *proto (arg_size bytes, beginning with a bench_worker_t), each
+ * with its own id; free() them when done. */
+static inline void *bench_workers_new(int n, const void *proto, size_t arg_size) {
+  char *args = (char *)bench_calloc((size_t)n, arg_size);
+  for (int i = 0; i < n; i++) {
+    bench_worker_t *w = (bench_worker_t *)(void *)(args + (size_t)i * arg_size);
+    memcpy(w, proto, arg_size);
+    w->id = i;
+  }
+  return args;
+}
+
+/* Folds the workers' checksums into bench_sink; returns the sum of their
+ * bad counts. */
+static inline long long bench_workers_fold(const void *args, int n, size_t arg_size) {
+  long long bad = 0;
+  for (int i = 0; i < n; i++) {
+    const bench_worker_t *w = (const bench_worker_t *)(const void *)((const char *)args + (size_t)i * arg_size);
+    bad += w->bad;
+    bench_sink += w->checksum;
+  }
+  return bad;
+}
+
+typedef struct bench_team {
+  bench_cpu_t cpu; /* from the start signal until the last worker ended */
+  long long bad;   /* summed over the workers */
+} bench_team_t;
+
+/* Runs n threads of fn together, each on its own copy of *proto (see
+ * bench_workers_new). The copies are freed, unless keep is given: then
+ * *keep receives them, for results beyond the worker's own. */
+static inline bench_team_t bench_run_workers(int n, void *(*fn)(void *), const void *proto, size_t arg_size,
+                                             void **keep) {
+  void *args = bench_workers_new(n, proto, arg_size);
+  bench_team_t t;
+  t.cpu = bench_run_threads(n, fn, args, arg_size);
+  t.bad = bench_workers_fold(args, n, arg_size);
+  if (keep)
+    *keep = args;
+  else
+    free(args);
+  return t;
+}
+
+/* ---- statistics ------------------------------------------------------------- */
+
+static inline int bench_cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* Median of v[0..n), n > 0; sorts v. */
+static inline double bench_median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, bench_cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 #ifdef __cplusplus
+}
+
+#include <thread>
+#include <vector>
+
+/* The C++ programs run their workers on std::thread, as C++ code does.
+ * body(t) runs on thread t, must call bench_start_wait() before its timed
+ * work, and returns a checksum that is folded into bench_sink. Returns the
+ * time from the start signal until the last thread ended. */
+template <class Body>
+bench_cpu_t bench_run_team(int n, Body body) {
+  // A cache line apart, so the stores at the end do not share lines.
+  std::vector<uint64_t> sums(static_cast<size_t>(n) * 8, 0);
+  std::vector<std::thread> workers;
+  pthread_barrier_init(&bench_start_barrier, nullptr, static_cast<unsigned>(n) + 1);
+  for (int t = 0; t < n; t++) workers.emplace_back([&, t] { sums[static_cast<size_t>(t) * 8] = body(t); });
+  bench_cpu_t start = bench_cpu_now();
+  bench_start_wait();
+  for (auto &w : workers) w.join();
+  bench_cpu_t end = bench_cpu_now();
+  pthread_barrier_destroy(&bench_start_barrier);
+  for (auto s : sums) bench_sink += s;
+  return bench_cpu_diff(end, start);
 }
 #endif
 

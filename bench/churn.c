@@ -15,14 +15,12 @@
 #include "bench_common.h"
 
 #include <stdatomic.h>
-#include <sys/mman.h>
 
 typedef struct {
-  int id;
+  bench_worker_t w;
   size_t bytes, min, max, count, cap;
   unsigned char **blocks;
   long long poll_us;
-  uint64_t checksum;
 } churn_arg_t;
 
 static pthread_barrier_t phase;
@@ -50,7 +48,7 @@ static void light_use(uint64_t *sum) {
 static void *churn_thread(void *p) {
   churn_arg_t *a = (churn_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, 3 + (uint64_t)a->id);
+  bench_rng_seed(&rng, 3 + (uint64_t)a->w.id);
   uint64_t sum = 0;
   pthread_barrier_wait(&phase); /* start allocating */
   size_t got = 0;
@@ -73,7 +71,7 @@ static void *churn_thread(void *p) {
     light_use(&sum);
     sleep_us(a->poll_us);
   }
-  a->checksum = sum;
+  a->w.checksum = sum;
   return NULL;
 }
 
@@ -86,23 +84,15 @@ int main(int argc, char **argv) {
   long long poll_ms = bench_arg_count(argc, argv, "poll-ms", 10);
   if (threads < 1 || min < 1 || max < min || settle_ms < 0 || poll_ms < 1) bench_die("bad arguments");
 
-  churn_arg_t *args = (churn_arg_t *)calloc((size_t)threads, sizeof *args);
-  pthread_t *tids = (pthread_t *)calloc((size_t)threads, sizeof *tids);
-  if (!args || !tids) bench_die("out of memory");
+  size_t bytes = total / (size_t)threads;
+  churn_arg_t proto = {.bytes = bytes, .min = min, .max = max, .cap = bytes / min + 1, .poll_us = poll_ms * 1000};
+  churn_arg_t *args = (churn_arg_t *)bench_workers_new(threads, &proto, sizeof proto);
+  pthread_t *tids = (pthread_t *)bench_calloc((size_t)threads, sizeof *tids);
   atomic_store(&settling, 1);
   pthread_barrier_init(&phase, NULL, (unsigned)threads + 1);
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].bytes = total / (size_t)threads;
-    args[i].min = min;
-    args[i].max = max;
-    args[i].cap = args[i].bytes / min + 1;
-    args[i].poll_us = poll_ms * 1000;
-    void *m = mmap(NULL, args[i].cap * sizeof(void *), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) bench_die("mmap failed");
-    args[i].blocks = (unsigned char **)m;
-    if (pthread_create(&tids[i], NULL, churn_thread, &args[i]) != 0) bench_die("pthread_create failed");
-  }
+  for (int i = 0; i < threads; i++)
+    args[i].blocks = (unsigned char **)bench_map(proto.cap * sizeof(void *), MAP_NORESERVE);
+  bench_spawn(tids, threads, churn_thread, args, sizeof *args);
   /* Page tables of the pointer tables are not the allocator's: RSS figures
    * below exclude them by subtracting what they hold at each point. */
   size_t rss_before = bench_rss_bytes();
@@ -134,11 +124,9 @@ int main(int argc, char **argv) {
     }
   }
   atomic_store(&settling, 0);
-  for (int i = 0; i < threads; i++) {
-    pthread_join(tids[i], NULL);
-    bench_sink += args[i].checksum;
-    munmap(args[i].blocks, args[i].cap * sizeof(void *));
-  }
+  bench_join(tids, threads);
+  bench_workers_fold(args, threads, sizeof *args);
+  for (int i = 0; i < threads; i++) munmap(args[i].blocks, args[i].cap * sizeof(void *));
   pthread_barrier_destroy(&phase);
   free(args);
   free(tids);

@@ -13,11 +13,10 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w;
   long long iters, writes;
   size_t size;
   unsigned char *given;
-  uint64_t checksum;
 } fs_arg_t;
 
 static void *fs_thread(void *p) {
@@ -32,7 +31,7 @@ static void *fs_thread(void *p) {
     sum += q[0];
     free((void *)q);
   }
-  a->checksum = sum;
+  a->w.checksum = sum;
   return NULL;
 }
 
@@ -46,21 +45,15 @@ int main(int argc, char **argv) {
   if (!scratch && strcmp(mode, "thrash") != 0) bench_die("--mode thrash|scratch");
   if (threads < 1 || iters < 0 || writes < 0 || size < 1) bench_die("bad arguments");
 
-  fs_arg_t *args = (fs_arg_t *)calloc((size_t)threads, sizeof *args);
-  if (!args) bench_die("out of memory");
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].iters = iters;
-    args[i].writes = writes;
-    args[i].size = size;
-    if (scratch) {
-      args[i].given = (unsigned char *)malloc(size);
-      if (!args[i].given) bench_die("malloc failed");
-      args[i].given[0] = 0;
-    }
+  fs_arg_t proto = {.iters = iters, .writes = writes, .size = size};
+  fs_arg_t *args = (fs_arg_t *)bench_workers_new(threads, &proto, sizeof proto);
+  for (int i = 0; scratch && i < threads; i++) {
+    args[i].given = (unsigned char *)malloc(size);
+    if (!args[i].given) bench_die("malloc failed");
+    args[i].given[0] = 0;
   }
   bench_cpu_t d = bench_run_threads(threads, fs_thread, args, sizeof *args);
-  for (int i = 0; i < threads; i++) bench_sink += args[i].checksum;
+  bench_workers_fold(args, threads, sizeof *args);
   free(args);
 
   bench_json_t j;

@@ -15,17 +15,13 @@
  */
 #include "bench_common.h"
 
-#include <sys/mman.h>
-
 typedef struct {
-  int id;
+  bench_worker_t w; /* bad: failed allocations */
   size_t ptrs, min, max;
   uint64_t seed;
   int loops;
   int free_by_main;
   unsigned char **blocks;
-  long long failed;
-  uint64_t checksum;
 } frag_arg_t;
 
 static pthread_barrier_t phase;
@@ -33,7 +29,7 @@ static pthread_barrier_t phase;
 static void *frag_thread(void *p) {
   frag_arg_t *a = (frag_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, a->seed + (uint64_t)a->id * 104729u);
+  bench_rng_seed(&rng, a->seed + (uint64_t)a->w.id * 104729u);
   for (int loop = 0; loop < a->loops; loop++) {
     pthread_barrier_wait(&phase); /* start allocating */
     for (size_t i = 0; i < a->ptrs; i++) {
@@ -43,7 +39,7 @@ static void *frag_thread(void *p) {
         q[0] = (unsigned char)i;
         q[size - 1] = (unsigned char)loop;
       } else {
-        a->failed++;
+        a->w.bad++;
       }
       a->blocks[i] = q;
     }
@@ -51,18 +47,13 @@ static void *frag_thread(void *p) {
     pthread_barrier_wait(&phase); /* start freeing */
     if (!a->free_by_main) {
       for (size_t i = 0; i < a->ptrs; i++) {
-        if (a->blocks[i]) a->checksum += a->blocks[i][0];
+        if (a->blocks[i]) a->w.checksum += a->blocks[i][0];
         free(a->blocks[i]);
       }
     }
     pthread_barrier_wait(&phase); /* freeing done */
   }
   return NULL;
-}
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
 }
 
 int main(int argc, char **argv) {
@@ -77,29 +68,16 @@ int main(int argc, char **argv) {
   if (threads < 1 || loops < 1 || min < 1 || max < min || loops > 1000) bench_die("bad arguments");
   int free_by_main = strcmp(free_by, "main") == 0;
 
-  frag_arg_t *args = (frag_arg_t *)calloc((size_t)threads, sizeof *args);
-  double *alloc_ms = (double *)calloc((size_t)loops, sizeof(double));
-  double *free_ms = (double *)calloc((size_t)loops, sizeof(double));
-  double *sorted = (double *)calloc((size_t)loops, sizeof(double));
-  if (!args || !alloc_ms || !free_ms || !sorted) bench_die("out of memory");
-  pthread_t *tids = (pthread_t *)calloc((size_t)threads, sizeof *tids);
-  if (!tids) bench_die("out of memory");
+  frag_arg_t proto = {
+      .ptrs = ptrs, .min = min, .max = max, .seed = seed, .loops = loops, .free_by_main = free_by_main};
+  frag_arg_t *args = (frag_arg_t *)bench_workers_new(threads, &proto, sizeof proto);
+  double *alloc_ms = (double *)bench_calloc((size_t)loops, sizeof(double));
+  double *free_ms = (double *)bench_calloc((size_t)loops, sizeof(double));
+  double *sorted = (double *)bench_calloc((size_t)loops, sizeof(double));
+  pthread_t *tids = (pthread_t *)bench_calloc((size_t)threads, sizeof *tids);
+  for (int i = 0; i < threads; i++) args[i].blocks = (unsigned char **)bench_map(ptrs * sizeof(void *) + 1, 0);
   pthread_barrier_init(&phase, NULL, (unsigned)threads + 1);
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].ptrs = ptrs;
-    args[i].min = min;
-    args[i].max = max;
-    args[i].seed = seed;
-    args[i].loops = loops;
-    args[i].free_by_main = free_by_main;
-    /* The pointer tables come straight from the OS so that they do not
-     * weigh on the allocator being measured. */
-    void *m = mmap(NULL, ptrs * sizeof(void *) + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) bench_die("mmap failed");
-    args[i].blocks = (unsigned char **)m;
-    if (pthread_create(&tids[i], NULL, frag_thread, &args[i]) != 0) bench_die("pthread_create failed");
-  }
+  bench_spawn(tids, threads, frag_thread, args, sizeof *args);
 
   int probes_ok = 0;
   size_t rss_alloc_max = 0, rss_free_last = 0;
@@ -131,21 +109,16 @@ int main(int argc, char **argv) {
     rss_free_last = bench_rss_bytes();
   }
   bench_cpu_t total = bench_cpu_diff(bench_cpu_now(), total_start);
-  long long failed = 0;
-  for (int i = 0; i < threads; i++) {
-    pthread_join(tids[i], NULL);
-    failed += args[i].failed;
-    bench_sink += args[i].checksum;
-    munmap(args[i].blocks, ptrs * sizeof(void *) + 1);
-  }
+  bench_join(tids, threads);
+  long long failed = bench_workers_fold(args, threads, sizeof *args);
+  for (int i = 0; i < threads; i++) munmap(args[i].blocks, ptrs * sizeof(void *) + 1);
   pthread_barrier_destroy(&phase);
 
   double mean = 0;
   for (int i = 0; i < loops; i++) mean += alloc_ms[i];
   mean /= loops;
   memcpy(sorted, alloc_ms, (size_t)loops * sizeof(double));
-  qsort(sorted, (size_t)loops, sizeof(double), cmp_double);
-  double median = loops % 2 ? sorted[loops / 2] : (sorted[loops / 2 - 1] + sorted[loops / 2]) / 2;
+  double median = bench_median(sorted, (size_t)loops);
 
   bench_json_t j;
   bench_json_begin(&j, "frag");

@@ -16,7 +16,6 @@
 #include "freeway.h"
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 
 typedef struct {
   __typeof__(&fw_heap_new) heap_new;
@@ -31,14 +30,19 @@ static int heap_api_load(heap_api_t *api) {
   return api->heap_new && api->heap_malloc && api->heap_destroy;
 }
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+/* A new private heap holding the n blocks of sizes[] (first byte written),
+ * their addresses in ptr[]; *ms gets the time the blocks took. */
+static fw_heap_t *heap_fill(const heap_api_t *api, unsigned char **ptr, const size_t *sizes, size_t n, double *ms) {
+  fw_heap_t *h = api->heap_new();
+  if (!h) bench_die("fw_heap_new failed");
+  double t0 = bench_now_ms();
+  for (size_t i = 0; i < n; i++) {
+    ptr[i] = (unsigned char *)api->heap_malloc(h, sizes[i]);
+    if (!ptr[i]) bench_die("fw_heap_malloc failed");
+    ptr[i][0] = (unsigned char)i;
+  }
+  *ms = bench_now_ms() - t0;
+  return h;
 }
 
 int main(int argc, char **argv) {
@@ -48,12 +52,8 @@ int main(int argc, char **argv) {
   int rounds = (int)bench_arg_count(argc, argv, "rounds", 3);
   if (blocks < 1 || min < 1 || max < min || rounds < 1 || rounds > 100) bench_die("bad arguments");
 
-  unsigned char **ptr = (unsigned char **)mmap(NULL, blocks * sizeof *ptr, PROT_READ | PROT_WRITE,
-                                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (ptr == MAP_FAILED) bench_die("mmap failed");
-  size_t *sizes = (size_t *)mmap(NULL, blocks * sizeof *sizes, PROT_READ | PROT_WRITE,
-                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (sizes == MAP_FAILED) bench_die("mmap failed");
+  unsigned char **ptr = (unsigned char **)bench_map(blocks * sizeof *ptr, 0);
+  size_t *sizes = (size_t *)bench_map(blocks * sizeof *sizes, 0);
   bench_rng_t rng;
   bench_rng_seed(&rng, 1);
   for (size_t i = 0; i < blocks; i++) sizes[i] = bench_rng_range(&rng, min, max);
@@ -76,34 +76,16 @@ int main(int argc, char **argv) {
     m_free[r] = t2 - t1;
     if (!have_heap) continue;
 
-    fw_heap_t *h = api.heap_new();
-    if (!h) bench_die("fw_heap_new failed");
-    t0 = bench_now_ms();
-    for (size_t i = 0; i < blocks; i++) {
-      ptr[i] = (unsigned char *)api.heap_malloc(h, sizes[i]);
-      if (!ptr[i]) bench_die("fw_heap_malloc failed");
-      ptr[i][0] = (unsigned char)i;
-    }
+    fw_heap_t *h = heap_fill(&api, ptr, sizes, blocks, &h_alloc[r]);
     t1 = bench_now_ms();
     for (size_t i = 0; i < blocks; i++) free(ptr[i]);
     api.heap_destroy(h);
-    t2 = bench_now_ms();
-    h_alloc[r] = t1 - t0;
-    h_free[r] = t2 - t1;
+    h_free[r] = bench_now_ms() - t1;
 
-    h = api.heap_new();
-    if (!h) bench_die("fw_heap_new failed");
-    t0 = bench_now_ms();
-    for (size_t i = 0; i < blocks; i++) {
-      ptr[i] = (unsigned char *)api.heap_malloc(h, sizes[i]);
-      if (!ptr[i]) bench_die("fw_heap_malloc failed");
-      ptr[i][0] = (unsigned char)i;
-    }
+    h = heap_fill(&api, ptr, sizes, blocks, &d_alloc[r]);
     t1 = bench_now_ms();
     api.heap_destroy(h);
-    t2 = bench_now_ms();
-    d_alloc[r] = t1 - t0;
-    d_destroy[r] = t2 - t1;
+    d_destroy[r] = bench_now_ms() - t1;
   }
   bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
 
@@ -113,14 +95,14 @@ int main(int argc, char **argv) {
   bench_json_int(&j, "min", (long long)min);
   bench_json_int(&j, "max", (long long)max);
   bench_json_int(&j, "rounds", rounds);
-  bench_json_num(&j, "malloc_ms", median(m_alloc, rounds));
-  bench_json_num(&j, "free_ms", median(m_free, rounds));
+  bench_json_num(&j, "malloc_ms", bench_median(m_alloc, (size_t)rounds));
+  bench_json_num(&j, "free_ms", bench_median(m_free, (size_t)rounds));
   bench_json_bool(&j, "heap_api", have_heap);
   if (have_heap) {
-    bench_json_num(&j, "heap_malloc_ms", median(h_alloc, rounds));
-    bench_json_num(&j, "heap_free_ms", median(h_free, rounds));
-    bench_json_num(&j, "heap_destroy_malloc_ms", median(d_alloc, rounds));
-    bench_json_num(&j, "heap_destroy_ms", median(d_destroy, rounds));
+    bench_json_num(&j, "heap_malloc_ms", bench_median(h_alloc, (size_t)rounds));
+    bench_json_num(&j, "heap_free_ms", bench_median(h_free, (size_t)rounds));
+    bench_json_num(&j, "heap_destroy_malloc_ms", bench_median(d_alloc, (size_t)rounds));
+    bench_json_num(&j, "heap_destroy_ms", bench_median(d_destroy, (size_t)rounds));
   } else {
     bench_json_str(&j, "note", "fw_heap_* not found: heap destroy not measured");
   }

@@ -12,20 +12,19 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w;
   int round;
   int threads;
   long long ops;
   size_t slots, min, max;
   unsigned char ***arrays;
-  uint64_t checksum;
 } larson_arg_t;
 
 static void *larson_thread(void *p) {
   larson_arg_t *a = (larson_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, (uint64_t)a->round * 1000003u + (uint64_t)a->id);
-  unsigned char **arr = a->arrays[(a->id + a->round) % a->threads];
+  bench_rng_seed(&rng, (uint64_t)a->round * 1000003u + (uint64_t)a->w.id);
+  unsigned char **arr = a->arrays[(a->w.id + a->round) % a->threads];
   uint64_t sum = 0;
   for (long long i = 0; i < a->ops; i++) {
     size_t j = (size_t)(bench_rng_next(&rng) % a->slots);
@@ -38,7 +37,7 @@ static void *larson_thread(void *p) {
     q[size - 1] = (unsigned char)j;
     arr[j] = q;
   }
-  a->checksum += sum;
+  a->w.checksum += sum;
   return NULL;
 }
 
@@ -53,13 +52,12 @@ int main(int argc, char **argv) {
 
   bench_rng_t rng;
   bench_rng_seed(&rng, 5);
-  unsigned char ***arrays = (unsigned char ***)calloc((size_t)threads, sizeof *arrays);
-  larson_arg_t *args = (larson_arg_t *)calloc((size_t)threads, sizeof *args);
-  pthread_t *tids = (pthread_t *)calloc((size_t)threads, sizeof *tids);
-  if (!arrays || !args || !tids) bench_die("out of memory");
+  unsigned char ***arrays = (unsigned char ***)bench_calloc((size_t)threads, sizeof *arrays);
+  larson_arg_t proto = {.threads = threads, .ops = ops, .slots = slots, .min = min, .max = max, .arrays = arrays};
+  larson_arg_t *args = (larson_arg_t *)bench_workers_new(threads, &proto, sizeof proto);
+  pthread_t *tids = (pthread_t *)bench_calloc((size_t)threads, sizeof *tids);
   for (int i = 0; i < threads; i++) {
-    arrays[i] = (unsigned char **)calloc(slots, sizeof **arrays);
-    if (!arrays[i]) bench_die("out of memory");
+    arrays[i] = (unsigned char **)bench_calloc(slots, sizeof **arrays);
     for (size_t j = 0; j < slots; j++) {
       size_t size = bench_rng_range(&rng, min, max);
       arrays[i][j] = (unsigned char *)malloc(size);
@@ -70,22 +68,13 @@ int main(int argc, char **argv) {
 
   bench_cpu_t start = bench_cpu_now();
   for (int r = 0; r < rounds; r++) {
-    for (int i = 0; i < threads; i++) {
-      args[i].id = i;
-      args[i].round = r;
-      args[i].threads = threads;
-      args[i].ops = ops;
-      args[i].slots = slots;
-      args[i].min = min;
-      args[i].max = max;
-      args[i].arrays = arrays;
-      if (pthread_create(&tids[i], NULL, larson_thread, &args[i]) != 0) bench_die("pthread_create failed");
-    }
-    for (int i = 0; i < threads; i++) pthread_join(tids[i], NULL);
+    for (int i = 0; i < threads; i++) args[i].round = r;
+    bench_spawn(tids, threads, larson_thread, args, sizeof *args);
+    bench_join(tids, threads);
   }
   bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
+  bench_workers_fold(args, threads, sizeof *args);
   for (int i = 0; i < threads; i++) {
-    bench_sink += args[i].checksum;
     for (size_t j = 0; j < slots; j++) free(arrays[i][j]);
     free(arrays[i]);
   }

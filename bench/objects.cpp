@@ -10,7 +10,6 @@
 #include "bench_common.h"
 
 #include <new>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -39,33 +38,22 @@ int main(int argc, char **argv) {
   size_t batch = static_cast<size_t>(bench_arg_count(argc, argv, "batch", 64));
   if (threads < 1 || total < 0 || size < sizeof(Object) || batch < 1) bench_die("bad arguments");
 
-  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);
-  std::vector<std::thread> workers;
-  pthread_barrier_init(&bench_start_barrier, nullptr, static_cast<unsigned>(threads) + 1);
-  for (int t = 0; t < threads; t++) {
+  bench_cpu_t d = bench_run_team(threads, [&](int t) {
     long long share = total / threads + (t < total % threads ? 1 : 0);
-    workers.emplace_back([&, t, share] {
-      std::vector<Object *> held(batch);
-      uint64_t sum = 0;
-      bench_start_wait();
-      for (long long done = 0; done < share;) {
-        size_t n = static_cast<size_t>(share - done) < batch ? static_cast<size_t>(share - done) : batch;
-        for (size_t i = 0; i < n; i++) held[i] = Object::create(static_cast<uint64_t>(done) + i, size);
-        for (size_t i = 0; i < n; i++) {
-          sum += held[i]->last() + held[i]->id;
-          Object::destroy(held[i]);
-        }
-        done += static_cast<long long>(n);
+    std::vector<Object *> held(batch);
+    uint64_t sum = 0;
+    bench_start_wait();
+    for (long long done = 0; done < share;) {
+      size_t n = static_cast<size_t>(share - done) < batch ? static_cast<size_t>(share - done) : batch;
+      for (size_t i = 0; i < n; i++) held[i] = Object::create(static_cast<uint64_t>(done) + i, size);
+      for (size_t i = 0; i < n; i++) {
+        sum += held[i]->last() + held[i]->id;
+        Object::destroy(held[i]);
       }
-      sums[static_cast<size_t>(t) * 8] = sum;
-    });
-  }
-  bench_cpu_t start = bench_cpu_now();
-  bench_start_wait();
-  for (auto &w : workers) w.join();
-  bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
-  pthread_barrier_destroy(&bench_start_barrier);
-  for (auto s : sums) bench_sink += s;
+      done += static_cast<long long>(n);
+    }
+    return sum;
+  });
 
   bench_json_t j;
   bench_json_begin(&j, "objects");

@@ -28,7 +28,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -164,40 +163,28 @@ struct Config {
 };
 
 template <class Pool>
-bench_cpu_t run(Pool &pool, const Config &c, uint64_t *checksum) {
-  std::vector<std::thread> workers;
-  std::vector<uint64_t> sums(static_cast<size_t>(c.threads) * 8, 0);
-  pthread_barrier_init(&bench_start_barrier, nullptr, static_cast<unsigned>(c.threads) + 1);
-  for (int t = 0; t < c.threads; t++) {
-    workers.emplace_back([&, t] {
-      bench_rng_t rng;
-      bench_rng_seed(&rng, c.seed + static_cast<uint64_t>(t) * 31337u);
-      std::vector<unsigned char *> held(c.hold);
-      bench_start_wait();
-      for (auto &h : held) h = static_cast<unsigned char *>(pool.acquire(&rng));
-      uint64_t sum = 0;
-      size_t oldest = 0;
-      for (long long i = 0; i < c.ops; i++) {
-        unsigned char *p = held[oldest];
-        sum += p[g_objsize - 1];
-        pool.release(&rng, p);
-        p = static_cast<unsigned char *>(pool.acquire(&rng));
-        p[sizeof(void *)] = static_cast<unsigned char>(i);
-        p[g_objsize - 1] = static_cast<unsigned char>(t);
-        held[oldest] = p;
-        if (++oldest == held.size()) oldest = 0;
-      }
-      for (auto h : held) pool.release(&rng, h);
-      sums[static_cast<size_t>(t) * 8] = sum;
-    });
-  }
-  bench_cpu_t start = bench_cpu_now();
-  bench_start_wait();
-  for (auto &w : workers) w.join();
-  bench_cpu_t end = bench_cpu_now();
-  pthread_barrier_destroy(&bench_start_barrier);
-  for (auto s : sums) *checksum += s;
-  return bench_cpu_diff(end, start);
+bench_cpu_t run(Pool &pool, const Config &c) {
+  return bench_run_team(c.threads, [&](int t) {
+    bench_rng_t rng;
+    bench_rng_seed(&rng, c.seed + static_cast<uint64_t>(t) * 31337u);
+    std::vector<unsigned char *> held(c.hold);
+    bench_start_wait();
+    for (auto &h : held) h = static_cast<unsigned char *>(pool.acquire(&rng));
+    uint64_t sum = 0;
+    size_t oldest = 0;
+    for (long long i = 0; i < c.ops; i++) {
+      unsigned char *p = held[oldest];
+      sum += p[g_objsize - 1];
+      pool.release(&rng, p);
+      p = static_cast<unsigned char *>(pool.acquire(&rng));
+      p[sizeof(void *)] = static_cast<unsigned char>(i);
+      p[g_objsize - 1] = static_cast<unsigned char>(t);
+      held[oldest] = p;
+      if (++oldest == held.size()) oldest = 0;
+    }
+    for (auto h : held) pool.release(&rng, h);
+    return sum;
+  });
 }
 
 void report(const char *list, const Config &c, size_t subpools, const bench_cpu_t *d, const char *skipped) {
@@ -227,21 +214,20 @@ int main(int argc, char **argv) {
   std::string list = bench_arg_str(argc, argv, "list", "std");
   if (c.threads < 1 || c.hold < 1 || subpools < 1 || g_objsize < 2 * sizeof(void *)) bench_die("bad arguments");
 
-  uint64_t sum = 0;
   bench_cpu_t d;
   // Each sub-pool starts with enough objects for its share of the threads.
   size_t per_sub = (static_cast<size_t>(c.threads) * c.hold * 2) / subpools + 4;
   if (list == "std") {
     MultiPool<StdSubPool> pool(subpools);
     pool.fill(per_sub);
-    d = run(pool, c, &sum);
+    d = run(pool, c);
   } else if (list == "private") {
     MultiPool<PrivateSubPool> pool(subpools);
     pool.fill(per_sub);
-    d = run(pool, c, &sum);
+    d = run(pool, c);
   } else if (list == "direct") {
     DirectPool pool;
-    d = run(pool, c, &sum);
+    d = run(pool, c);
   } else if (list == "fwpool") {
     FwPoolApi api;
     if (!api.load()) {
@@ -249,11 +235,10 @@ int main(int argc, char **argv) {
       return 0;
     }
     FwPool pool(api, subpools);
-    d = run(pool, c, &sum);
+    d = run(pool, c);
   } else {
     bench_die("unknown --list %s", list.c_str());
   }
-  bench_sink = sum;
   report(list.c_str(), c, subpools, &d, nullptr);
   return 0;
 }

@@ -25,10 +25,13 @@ typedef struct {
   size_t cap;
   long long msgs;
   size_t min, max;
-  int id;
-  long long bad;
-  uint64_t checksum;
 } ring_t;
+
+/* Thread 2i is the producer of ring i, thread 2i + 1 its consumer. */
+typedef struct {
+  bench_worker_t w; /* the consumer's bad: messages that arrived damaged */
+  ring_t *ring;
+} side_t;
 
 /* Waiting side: spin briefly, then give the CPU away. */
 static void backoff(unsigned *spins) {
@@ -42,11 +45,10 @@ static void backoff(unsigned *spins) {
   sched_yield();
 }
 
-static void *producer(void *p) {
-  ring_t *r = (ring_t *)p;
+static void produce(side_t *s) {
+  ring_t *r = s->ring;
   bench_rng_t rng;
-  bench_rng_seed(&rng, 11 + (uint64_t)r->id);
-  bench_start_wait();
+  bench_rng_seed(&rng, 11 + (uint64_t)(s->w.id / 2));
   for (long long i = 0; i < r->msgs; i++) {
     size_t size = bench_rng_range(&rng, r->min, r->max);
     msg_t *m = (msg_t *)malloc(size);
@@ -59,24 +61,31 @@ static void *producer(void *p) {
     r->slots[t % r->cap] = m;
     atomic_store_explicit(&r->tail, t + 1, memory_order_release);
   }
-  return NULL;
 }
 
-static void *consumer(void *p) {
-  ring_t *r = (ring_t *)p;
+static void consume(side_t *s) {
+  ring_t *r = s->ring;
   uint64_t sum = 0;
-  bench_start_wait();
   for (long long i = 0; i < r->msgs; i++) {
     size_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
     unsigned spins = 0;
     while (atomic_load_explicit(&r->tail, memory_order_acquire) == h) backoff(&spins);
     msg_t *m = r->slots[h % r->cap];
     atomic_store_explicit(&r->head, h + 1, memory_order_release);
-    if (m->seq != (uint64_t)i || m->size < r->min || m->size > r->max) r->bad++;
+    if (m->seq != (uint64_t)i || m->size < r->min || m->size > r->max) s->w.bad++;
     sum += m->size;
     free(m);
   }
-  r->checksum = sum;
+  s->w.checksum = sum;
+}
+
+static void *side_thread(void *p) {
+  side_t *s = (side_t *)p;
+  bench_start_wait();
+  if (s->w.id % 2)
+    consume(s);
+  else
+    produce(s);
   return NULL;
 }
 
@@ -89,10 +98,10 @@ int main(int argc, char **argv) {
   if (pairs < 1 || msgs < 0 || cap < 1 || min < sizeof(msg_t) || max < min) bench_die("bad arguments");
 
   ring_t *rings = (ring_t *)aligned_alloc(64, sizeof(ring_t) * (size_t)pairs);
-  pthread_t *tids = (pthread_t *)calloc((size_t)pairs * 2, sizeof *tids);
-  if (!rings || !tids) bench_die("out of memory");
+  if (!rings) bench_die("out of memory");
   memset(rings, 0, sizeof(ring_t) * (size_t)pairs);
-  pthread_barrier_init(&bench_start_barrier, NULL, (unsigned)pairs * 2 + 1);
+  side_t proto = {.ring = NULL};
+  side_t *sides = (side_t *)bench_workers_new(pairs * 2, &proto, sizeof proto);
   for (int i = 0; i < pairs; i++) {
     ring_t *r = &rings[i];
     atomic_init(&r->head, 0);
@@ -103,24 +112,13 @@ int main(int argc, char **argv) {
     r->msgs = msgs;
     r->min = min;
     r->max = max;
-    r->id = i;
-    if (pthread_create(&tids[2 * i], NULL, producer, r) != 0 ||
-        pthread_create(&tids[2 * i + 1], NULL, consumer, r) != 0)
-      bench_die("pthread_create failed");
+    sides[2 * i].ring = sides[2 * i + 1].ring = r;
   }
-  bench_cpu_t start = bench_cpu_now();
-  pthread_barrier_wait(&bench_start_barrier);
-  for (int i = 0; i < 2 * pairs; i++) pthread_join(tids[i], NULL);
-  bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
-  pthread_barrier_destroy(&bench_start_barrier);
-  long long bad = 0;
-  for (int i = 0; i < pairs; i++) {
-    bad += rings[i].bad;
-    bench_sink += rings[i].checksum;
-    free(rings[i].slots);
-  }
+  bench_cpu_t d = bench_run_threads(pairs * 2, side_thread, sides, sizeof *sides);
+  long long bad = bench_workers_fold(sides, pairs * 2, sizeof *sides);
+  for (int i = 0; i < pairs; i++) free(rings[i].slots);
   free(rings);
-  free(tids);
+  free(sides);
 
   bench_json_t j;
   bench_json_begin(&j, "prodcons");

@@ -10,20 +10,18 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w;
   size_t buffers, final_size, step_min, step_max;
   int rounds;
   long long reallocs;
-  uint64_t checksum;
 } grow_arg_t;
 
 static void *grow_thread(void *p) {
   grow_arg_t *a = (grow_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, 99 + (uint64_t)a->id);
-  unsigned char **buf = (unsigned char **)calloc(a->buffers, sizeof *buf);
-  size_t *len = (size_t *)calloc(a->buffers, sizeof *len);
-  if (!buf || !len) bench_die("out of memory");
+  bench_rng_seed(&rng, 99 + (uint64_t)a->w.id);
+  unsigned char **buf = (unsigned char **)bench_calloc(a->buffers, sizeof *buf);
+  size_t *len = (size_t *)bench_calloc(a->buffers, sizeof *len);
   uint64_t sum = 0;
   long long reallocs = 0;
   bench_start_wait();
@@ -56,7 +54,7 @@ static void *grow_thread(void *p) {
   }
   free(buf);
   free(len);
-  a->checksum = sum;
+  a->w.checksum = sum;
   a->reallocs = reallocs;
   return NULL;
 }
@@ -71,22 +69,13 @@ int main(int argc, char **argv) {
   if (threads < 1 || buffers < 1 || final_size < 1 || rounds < 1 || step_min < 1 || step_max < step_min)
     bench_die("bad arguments");
 
-  grow_arg_t *args = (grow_arg_t *)calloc((size_t)threads, sizeof *args);
-  if (!args) bench_die("out of memory");
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].buffers = buffers;
-    args[i].final_size = final_size;
-    args[i].step_min = step_min;
-    args[i].step_max = step_max;
-    args[i].rounds = rounds;
-  }
-  bench_cpu_t d = bench_run_threads(threads, grow_thread, args, sizeof *args);
+  grow_arg_t proto = {
+      .buffers = buffers, .final_size = final_size, .step_min = step_min, .step_max = step_max, .rounds = rounds};
+  void *done = NULL;
+  bench_cpu_t d = bench_run_workers(threads, grow_thread, &proto, sizeof proto, &done).cpu;
+  grow_arg_t *args = (grow_arg_t *)done;
   long long reallocs = 0;
-  for (int i = 0; i < threads; i++) {
-    bench_sink += args[i].checksum;
-    reallocs += args[i].reallocs;
-  }
+  for (int i = 0; i < threads; i++) reallocs += args[i].reallocs;
   free(args);
 
   bench_json_t j;

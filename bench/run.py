@@ -281,7 +281,7 @@ class Case:
 class Experiment:
     name = ""
     title = ""
-    seed = ""
+    seed = ""          # seed document reproduced; "" for a standard workload
     what = ""
     metric = "wall_ms"          # primary metric (lower is better)
     metric_label = "time (ms)"
@@ -296,6 +296,12 @@ class Experiment:
 
     def cases(self, binpath, scale, full):
         raise NotImplementedError
+
+    def sweep(self, binpath, threads, label, *args, group=""):
+        """One case per thread count t: bench_<name> --threads t ARGS...,
+        labelled `label` with {t} replaced by t."""
+        return [Case(label.format(t=t), [binpath(self.name), "--threads", t] + list(args), group=group, x=t)
+                for t in threads]
 
 
 class Speed(Experiment):
@@ -423,10 +429,8 @@ class SameSize(Experiment):
         out = []
         rounds = scaled(50000, scale)
         for test, check in (("Test 1", 0), ("Test 2", 1)):
-            for t in range(1, 11):
-                out.append(Case("%s, %dT" % (test, t),
-                                [binpath("samesize"), "--threads", t, "--rounds", rounds, "--batch", 100,
-                                 "--size", 64, "--check", check], group=test, x=t))
+            out += self.sweep(binpath, range(1, 11), test + ", {t}T", "--rounds", rounds, "--batch", 100,
+                              "--size", 64, "--check", check, group=test)
         return out
 
 
@@ -440,9 +444,7 @@ class Scaled(Experiment):
     quick_scale = 0.03
 
     def cases(self, binpath, scale, full):
-        w = scaled(10000000, scale)
-        return [Case("%dT" % t, [binpath("scaled"), "--threads", t, "--work", w], x=t)
-                for t in (1, 2, 4, 8, 16)]
+        return self.sweep(binpath, (1, 2, 4, 8, 16), "{t}T", "--work", scaled(10000000, scale))
 
 
 class Strings(Experiment):
@@ -458,8 +460,7 @@ class Strings(Experiment):
     def cases(self, binpath, scale, full):
         n = scaled(10000000, scale)
         threads = range(1, 9) if full else (1, 2, 3, 4, 6, 8)
-        return [Case("%dT x %s" % (t, human_count(n)), [binpath("strings"), "--threads", t, "--iters", n], x=t)
-                for t in threads]
+        return self.sweep(binpath, threads, "{t}T x " + human_count(n), "--iters", n)
 
 
 class Objects(Experiment):
@@ -477,17 +478,15 @@ class Objects(Experiment):
         out = []
         for size, total in self.SIZES:
             n = scaled(total, scale)
-            for t in (range(1, 9) if full else (1, 2, 4, 8)):
-                out.append(Case("%s x %s, %dT" % (human_size(size), human_count(n), t),
-                                [binpath("objects"), "--threads", t, "--total", n, "--size", size],
-                                group="%s objects" % human_size(size), x=t))
+            out += self.sweep(binpath, range(1, 9) if full else (1, 2, 4, 8),
+                              "%s x %s, {t}T" % (human_size(size), human_count(n)), "--total", n, "--size", size,
+                              group="%s objects" % human_size(size))
         return out
 
 
 class Larson(Experiment):
     name = "larson"
     title = "server-style rolling working set, frees from other threads"
-    seed = ""
     what = ("T arrays of 1000 live blocks (16-1024 B); each round starts T new threads and thread i "
             "replaces random blocks of array (i + round) mod T, so the blocks it frees were allocated by "
             "other (mostly exited) threads.")
@@ -495,15 +494,12 @@ class Larson(Experiment):
 
     def cases(self, binpath, scale, full):
         ops = scaled(200000, scale)
-        return [Case("%dT x 20 rounds x %s" % (t, human_count(ops)),
-                     [binpath("larson"), "--threads", t, "--rounds", 20, "--ops", ops], x=t)
-                for t in (1, 2, 4, 8)]
+        return self.sweep(binpath, (1, 2, 4, 8), "{t}T x 20 rounds x " + human_count(ops), "--rounds", 20, "--ops", ops)
 
 
 class ProdCons(Experiment):
     name = "prodcons"
     title = "producer/consumer pipeline"
-    seed = ""
     what = ("P producer/consumer pairs; producers allocate 16 B-4 KiB messages, consumers check and free "
             "them (every block freed by another thread than its allocator).")
     quick_scale = 0.05
@@ -518,7 +514,6 @@ class ProdCons(Experiment):
 class FalseShare(Experiment):
     name = "falseshare"
     title = "false sharing of small blocks (thrash: own blocks; scratch: blocks handed over)"
-    seed = ""
     what = ("thrash: each thread allocates an 8 B block, writes it 100 times, frees it, repeatedly. "
             "scratch: the same after each thread freed a block the main thread allocated for it. "
             "Times that grow with threads past the cores mean shared cache lines.")
@@ -538,22 +533,19 @@ class FalseShare(Experiment):
 class ReallocGrow(Experiment):
     name = "reallocgrow"
     title = "realloc-heavy growth"
-    seed = ""
     what = "Each thread grows 64 buffers in turn by random 1-64 B steps to the final size with realloc."
     quick_scale = 0.25
 
     def cases(self, binpath, scale, full):
         final = 256 << 10 if full else 64 << 10
         rounds = scaled(4, scale)
-        return [Case("%dT, 64 x %s, %d rounds" % (t, human_size(final), rounds),
-                     [binpath("reallocgrow"), "--threads", t, "--final", final, "--rounds", rounds], x=t)
-                for t in (1, 2, 4)]
+        return self.sweep(binpath, (1, 2, 4), "{t}T, 64 x %s, %d rounds" % (human_size(final), rounds),
+                          "--final", final, "--rounds", rounds)
 
 
 class Churn(Experiment):
     name = "churn"
     title = "memory returned after a burst"
-    seed = ""
     what = ("T threads allocate a total of 1 GiB (full; 256 MiB quick) in 16-256 B blocks, free them "
             "all, then keep calling malloc/free lightly while RSS is sampled from /proc/self/statm. "
             "Lower RSS after the free and after settling is better.")
@@ -570,15 +562,13 @@ class Churn(Experiment):
         total = scaled(1 << 30, scale)
         settle = 2000 if full else 400
         threads = (1, 2) if full else (2,)
-        return [Case("%dT, %s, settle %d ms" % (t, human_size(total), settle),
-                     [binpath("churn"), "--threads", t, "--total", total, "--settle-ms", settle], x=t)
-                for t in threads]
+        return self.sweep(binpath, threads, "{t}T, %s, settle %d ms" % (human_size(total), settle),
+                          "--total", total, "--settle-ms", settle)
 
 
 class Python(Experiment):
     name = "python"
     title = "a real program: the Python interpreter building and dropping objects"
-    seed = ""
     what = ("bench/pyalloc.py builds a million-scale list of records, an index dict and a joined text, "
             "drops them, repeatedly. 'malloc' sets PYTHONMALLOC=malloc (every object through the "
             "allocator under test); 'pymalloc' leaves the interpreter's small-object allocator on.")
@@ -600,7 +590,6 @@ class Python(Experiment):
 class FastPath(Experiment):
     name = "fastpath"
     title = "instructions per operation on the fast path (callgrind)"
-    seed = ""
     what = ("bench_fastpath runs N malloc+free pairs (or N steps of a ring of 1000 live blocks: free the "
             "oldest, allocate a new one) under valgrind --tool=callgrind; the instruction count of a run "
             "with 2N minus that of a run with N, divided by N, is the cost of one step with start-up "

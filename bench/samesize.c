@@ -11,18 +11,15 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w; /* bad: blocks whose content changed */
   long long rounds;
   size_t batch, size;
   int check;
-  long long bad;
-  uint64_t checksum;
 } same_arg_t;
 
 static void *same_thread(void *p) {
   same_arg_t *a = (same_arg_t *)p;
-  unsigned char **blocks = (unsigned char **)calloc(a->batch, sizeof *blocks);
-  if (!blocks) bench_die("out of memory");
+  unsigned char **blocks = (unsigned char **)bench_calloc(a->batch, sizeof *blocks);
   uint64_t sum = 0;
   bench_start_wait();
   for (long long r = 0; r < a->rounds; r++) {
@@ -30,7 +27,7 @@ static void *same_thread(void *p) {
       unsigned char *q = (unsigned char *)malloc(a->size);
       if (!q) bench_die("malloc failed");
       if (a->check)
-        memset(q, (int)((r + (long long)i + a->id) & 0xff), a->size);
+        memset(q, (int)((r + (long long)i + a->w.id) & 0xff), a->size);
       else
         q[0] = (unsigned char)i;
       blocks[i] = q;
@@ -38,10 +35,10 @@ static void *same_thread(void *p) {
     for (size_t i = 0; i < a->batch; i++) {
       unsigned char *q = blocks[i];
       if (a->check) {
-        unsigned char want = (unsigned char)((r + (long long)i + a->id) & 0xff);
+        unsigned char want = (unsigned char)((r + (long long)i + a->w.id) & 0xff);
         for (size_t k = 0; k < a->size; k++) {
           if (q[k] != want) {
-            a->bad++;
+            a->w.bad++;
             break;
           }
         }
@@ -51,7 +48,7 @@ static void *same_thread(void *p) {
     }
   }
   free(blocks);
-  a->checksum = sum;
+  a->w.checksum = sum;
   return NULL;
 }
 
@@ -61,24 +58,10 @@ int main(int argc, char **argv) {
   size_t batch = (size_t)bench_arg_count(argc, argv, "batch", 100);
   size_t size = bench_arg_size(argc, argv, "size", 64);
   int check = (int)bench_arg_count(argc, argv, "check", 0);
-  if (threads < 1 || rounds < 0 || batch < 1 || size < 1) bench_die("bad arguments");
+  if (threads < 1 || rounds < 0 || batch < 1 || size < 1) bench_die("team.bad arguments");
 
-  same_arg_t *args = (same_arg_t *)calloc((size_t)threads, sizeof *args);
-  if (!args) bench_die("out of memory");
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].rounds = rounds;
-    args[i].batch = batch;
-    args[i].size = size;
-    args[i].check = check;
-  }
-  bench_cpu_t d = bench_run_threads(threads, same_thread, args, sizeof *args);
-  long long bad = 0;
-  for (int i = 0; i < threads; i++) {
-    bad += args[i].bad;
-    bench_sink += args[i].checksum;
-  }
-  free(args);
+  same_arg_t proto = {.rounds = rounds, .batch = batch, .size = size, .check = check};
+  bench_team_t team = bench_run_workers(threads, same_thread, &proto, sizeof proto, NULL);
 
   bench_json_t j;
   bench_json_begin(&j, "samesize");
@@ -87,9 +70,9 @@ int main(int argc, char **argv) {
   bench_json_int(&j, "batch", (long long)batch);
   bench_json_int(&j, "size", (long long)size);
   bench_json_int(&j, "check", check);
-  bench_json_int(&j, "bad", bad);
-  bench_json_cpu(&j, d);
-  bench_json_num(&j, "ms_per_thread", d.wall_ms / threads);
+  bench_json_int(&j, "bad", team.bad);
+  bench_json_cpu(&j, team.cpu);
+  bench_json_num(&j, "ms_per_thread", team.cpu.wall_ms / threads);
   bench_json_end(&j);
-  return bad ? 1 : 0;
+  return team.bad ? 1 : 0;
 }

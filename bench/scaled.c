@@ -15,18 +15,16 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w;
   long long ops;
   size_t live, min, max;
-  uint64_t checksum;
 } scaled_arg_t;
 
 static void *scaled_thread(void *p) {
   scaled_arg_t *a = (scaled_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, 77 + (uint64_t)a->id);
-  unsigned char **slots = (unsigned char **)calloc(a->live, sizeof *slots);
-  if (!slots) bench_die("out of memory");
+  bench_rng_seed(&rng, 77 + (uint64_t)a->w.id);
+  unsigned char **slots = (unsigned char **)bench_calloc(a->live, sizeof *slots);
   uint64_t sum = 0;
   bench_start_wait();
   for (long long i = 0; i < a->ops; i++) {
@@ -41,7 +39,7 @@ static void *scaled_thread(void *p) {
   }
   for (size_t j = 0; j < a->live; j++) free(slots[j]);
   free(slots);
-  a->checksum = sum;
+  a->w.checksum = sum;
   return NULL;
 }
 
@@ -56,18 +54,8 @@ int main(int argc, char **argv) {
   int busy = threads < cpus ? threads : cpus;
   long long per_thread = work * busy / threads;
 
-  scaled_arg_t *args = (scaled_arg_t *)calloc((size_t)threads, sizeof *args);
-  if (!args) bench_die("out of memory");
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].ops = per_thread;
-    args[i].live = live;
-    args[i].min = min;
-    args[i].max = max;
-  }
-  bench_cpu_t d = bench_run_threads(threads, scaled_thread, args, sizeof *args);
-  for (int i = 0; i < threads; i++) bench_sink += args[i].checksum;
-  free(args);
+  scaled_arg_t proto = {.ops = per_thread, .live = live, .min = min, .max = max};
+  bench_cpu_t d = bench_run_workers(threads, scaled_thread, &proto, sizeof proto, NULL).cpu;
 
   bench_json_t j;
   bench_json_begin(&j, "scaled");

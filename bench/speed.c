@@ -14,20 +14,17 @@
 #include "bench_common.h"
 
 typedef struct {
-  int id;
+  bench_worker_t w; /* bad: failed allocations */
   long long ops;
   size_t min, max, live;
   uint64_t seed;
-  uint64_t checksum;
-  long long failed;
 } speed_arg_t;
 
 static void *speed_thread(void *p) {
   speed_arg_t *a = (speed_arg_t *)p;
   bench_rng_t rng;
-  bench_rng_seed(&rng, a->seed + (uint64_t)a->id * 7919u);
-  unsigned char **slots = (unsigned char **)calloc(a->live, sizeof *slots);
-  if (!slots) bench_die("out of memory");
+  bench_rng_seed(&rng, a->seed + (uint64_t)a->w.id * 7919u);
+  unsigned char **slots = (unsigned char **)bench_calloc(a->live, sizeof *slots);
   uint64_t sum = 0;
   bench_start_wait();
   for (long long i = 0; i < a->ops; i++) {
@@ -39,7 +36,7 @@ static void *speed_thread(void *p) {
     size_t size = bench_rng_range(&rng, a->min, a->max);
     unsigned char *q = (unsigned char *)malloc(size);
     if (!q) {
-      a->failed++;
+      a->w.bad++;
       slots[j] = NULL;
       continue;
     }
@@ -49,7 +46,7 @@ static void *speed_thread(void *p) {
   }
   for (size_t j = 0; j < a->live; j++) free(slots[j]);
   free(slots);
-  a->checksum = sum;
+  a->w.checksum = sum;
   return NULL;
 }
 
@@ -68,25 +65,8 @@ int main(int argc, char **argv) {
     if (live > 1024) live = 1024;
   }
 
-  speed_arg_t *args = (speed_arg_t *)calloc((size_t)threads, sizeof *args);
-  if (!args) bench_die("out of memory");
-  for (int i = 0; i < threads; i++) {
-    args[i].id = i;
-    args[i].ops = ops;
-    args[i].min = min;
-    args[i].max = max;
-    args[i].live = live;
-    args[i].seed = seed;
-  }
-  bench_cpu_t d = bench_run_threads(threads, speed_thread, args, sizeof *args);
-  uint64_t sum = 0;
-  long long failed = 0;
-  for (int i = 0; i < threads; i++) {
-    sum += args[i].checksum;
-    failed += args[i].failed;
-  }
-  bench_sink = sum;
-  free(args);
+  speed_arg_t proto = {.ops = ops, .min = min, .max = max, .live = live, .seed = seed};
+  bench_team_t team = bench_run_workers(threads, speed_thread, &proto, sizeof proto, NULL);
 
   bench_json_t j;
   bench_json_begin(&j, "speed");
@@ -95,9 +75,9 @@ int main(int argc, char **argv) {
   bench_json_int(&j, "min", (long long)min);
   bench_json_int(&j, "max", (long long)max);
   bench_json_int(&j, "live", (long long)live);
-  bench_json_int(&j, "failed", failed);
-  bench_json_cpu(&j, d);
-  bench_json_num(&j, "ns_per_op", d.wall_ms * 1e6 / ((double)ops * threads > 0 ? (double)ops * threads : 1));
+  bench_json_int(&j, "failed", team.bad);
+  bench_json_cpu(&j, team.cpu);
+  bench_json_num(&j, "ns_per_op", team.cpu.wall_ms * 1e6 / ((double)ops * threads > 0 ? (double)ops * threads : 1));
   bench_json_end(&j);
-  return failed ? 1 : 0;
+  return team.bad ? 1 : 0;
 }

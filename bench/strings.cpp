@@ -11,8 +11,6 @@
 #include "bench_common.h"
 
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace {
 
@@ -32,27 +30,16 @@ int main(int argc, char **argv) {
   int width = static_cast<int>(bench_arg_count(argc, argv, "width", 24));
   if (threads < 1 || iters < 0 || width < 16 || width > 60) bench_die("bad arguments (width must be 16..60)");
 
-  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);
-  std::vector<std::thread> workers;
-  pthread_barrier_init(&bench_start_barrier, nullptr, static_cast<unsigned>(threads) + 1);
-  for (int t = 0; t < threads; t++) {
-    workers.emplace_back([&, t] {
-      std::string s;
-      uint64_t sum = 0;
-      bench_start_wait();
-      for (long long i = 0; i < iters; i++) {
-        s = format_int(10000000 + i, width);
-        sum += static_cast<unsigned char>(s[s.size() - 1]);
-      }
-      sums[static_cast<size_t>(t) * 8] = sum + s.size();
-    });
-  }
-  bench_cpu_t start = bench_cpu_now();
-  bench_start_wait();
-  for (auto &w : workers) w.join();
-  bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
-  pthread_barrier_destroy(&bench_start_barrier);
-  for (auto s : sums) bench_sink += s;
+  bench_cpu_t d = bench_run_team(threads, [&](int) {
+    std::string s;
+    uint64_t sum = 0;
+    bench_start_wait();
+    for (long long i = 0; i < iters; i++) {
+      s = format_int(10000000 + i, width);
+      sum += static_cast<unsigned char>(s[s.size() - 1]);
+    }
+    return sum + s.size();
+  });
 
   bench_json_t j;
   bench_json_begin(&j, "strings");
