@@ -116,7 +116,8 @@ struct fw_segment_s {
   fw_segment_t *anext;          /* abandoned list */
   uint64_t cookie;              /* cautious mode: proves the header is ours */
   uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
-  uint8_t pad1_[256 - 136];
+  uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
+  uint8_t pad1_[256 - 144];
   fw_page_t pages[FW_SLICES];
 };
 _Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");

@@ -170,6 +170,7 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   }
   seg->free_mask &= ~bit;
   seg->dirty_mask &= ~bit;
+  seg->dirty_young &= ~bit;
   seg->pages_used++;
   if (!seg->free_mask) fw_tld_unlink_free(tld, seg);
   fw_page_slot_setup(seg, slot, is_zero);
@@ -235,21 +236,34 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
     return;
   }
   seg->dirty_mask |= bit;
-  if (delay > 0 && !seg->purge_due) {
+  if (delay > 0) {
+    if (seg->purge_due) {
+      /* the deadline was set for pages freed earlier: this one waits a round */
+      seg->dirty_young |= bit;
+      return;
+    }
     seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
     if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
   }
 }
 
-static void fw_segment_purge_free(fw_segment_t *seg) {
-  uint64_t dirty = seg->dirty_mask & seg->free_mask;
+/* Purges the free dirty slots, except the young ones unless all. */
+static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
+  uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
   for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
   seg->dirty_mask &= ~dirty;
+  seg->dirty_young = 0;
   seg->purge_due = 0;
 }
 
+static void fw_segment_purge_free(fw_segment_t *seg) { fw_segment_purge_slots(seg, true); }
+
+/* A slot is purged between one and two delays after its page was freed:
+ * each segment keeps one deadline, and slots freed after it was set wait
+ * for the next one, so memory freed and reused at once is never purged. */
 void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   uint64_t next = 0;
+  long delay = fw_opt(PURGE_DELAY);
   for (fw_segment_t *seg = tld->segments; seg; seg = seg->next) {
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
     if (!dirty) continue;
@@ -257,7 +271,12 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
       if (!next || seg->purge_due < next) next = seg->purge_due;
       continue;
     }
-    fw_segment_purge_free(seg);
+    bool young = (seg->dirty_young & dirty) != 0;
+    fw_segment_purge_slots(seg, force);
+    if (young && !force && delay > 0) {
+      seg->purge_due = now + (uint64_t)delay;
+      if (!next || seg->purge_due < next) next = seg->purge_due;
+    }
   }
   tld->purge_due = next;
 }
