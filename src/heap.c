@@ -243,7 +243,7 @@ static void fw_stats_page(const fw_page_t *pg, void *arg) {
   s->blocks_live += live;
   s->bytes_live += live * pg->block_size;
   s->pages++;
-  s->bytes_reserved += pg->kind == FW_KIND_LARGE ? fw_page_segment(pg)->size : (size_t)pg->slices * FW_SLICE_SIZE;
+  s->bytes_reserved += fw_page_segment(pg)->kind == FW_KIND_LARGE ? fw_page_segment(pg)->size : (size_t)pg->slices * FW_SLICE_SIZE;
 }
 
 int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {

@@ -58,7 +58,11 @@ enum {
   FW_PF_UNUSED = 16,   /* slice not in use as a page */
 };
 
-enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2 };
+/* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block). A
+ * SPAN segment holds LARGE pages of 1..FW_SPAN_MAX_SLICES slices each, a
+ * LARGE segment exactly one. */
+enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 3 };
+#define FW_SPAN_MAX_SLICES 32                      /* 2 MiB: larger blocks get a segment */
 
 /* xfree's low bit: the page is full and remote frees go to the owning heap's
  * delayed list instead, so the owner learns the page has room again. */
@@ -149,7 +153,7 @@ struct fw_tld_s {
   fw_heap_t *heap_default;
   fw_heap_t *heaps;                 /* all heaps of the thread */
   fw_segment_t *segments;           /* all owned segments */
-  fw_segment_t *segments_free[2];   /* small / medium with a free page */
+  fw_segment_t *segments_free[4];   /* by kind: segments with a free slot */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
   fw_tld_t *pool_next;
   bool done;                        /* thread has exited */
@@ -260,6 +264,7 @@ FW_HIDDEN void fw_arena_fork_child(void);
 FW_HIDDEN fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind);
 FW_HIDDEN fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align);
 FW_HIDDEN void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page);
+FW_HIDDEN bool fw_segment_span_grow(fw_page_t *page, size_t size);
 FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
 FW_HIDDEN void fw_segments_abandon(fw_tld_t *tld);
 FW_HIDDEN bool fw_segment_reclaim_one(fw_heap_t *heap);

@@ -1,6 +1,7 @@
 /* segment.c — segments: FW_SEGMENT_SIZE-aligned memory owned by one thread,
  * split into pages of one kind (64 small pages of 64 KiB, 8 medium pages of
- * 512 KiB, or one large page holding a single block). The header at the start
+ * 512 KiB, spans of 1..32 slices holding one large block each, or one large
+ * page holding a single block bigger than that). The header at the start
  * holds every page descriptor, so a pointer's page is found by masking.
  * Free pages stay "dirty" for FREEWAY_PURGE_DELAY ms, then their memory goes
  * back to the OS. When a thread exits its segments are abandoned on a global
@@ -94,9 +95,12 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
     seg->page_slices = FW_SLICES;
     seg->pages_total = 1;
   } else {
-    seg->page_slices = kind == FW_KIND_SMALL ? 1 : FW_MEDIUM_PAGE_SLICES;
+    seg->page_slices = kind == FW_KIND_MEDIUM ? FW_MEDIUM_PAGE_SLICES : 1;
     seg->pages_total = FW_SLICES / seg->page_slices;
     seg->free_mask = seg->pages_total == 64 ? ~(uint64_t)0 : (((uint64_t)1 << seg->pages_total) - 1);
+    /* spans start on a slice boundary (64 KiB aligned): slot 0, which holds
+     * the header, serves none */
+    if (kind == FW_KIND_SPAN) seg->free_mask &= ~(uint64_t)1;
     seg->dirty_mask = *is_zero ? 0 : seg->free_mask;
     if (*is_zero && arena) {
       /* The arena counted the whole chunk; its untouched page slots are not
@@ -148,6 +152,88 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
 }
 
+/* Takes the free slots in bits for a page: they are committed from now on. */
+static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
+  bool is_zero = !(seg->dirty_mask & bits);
+  size_t purged = (size_t)__builtin_popcountll(seg->purged_mask & bits);
+  if (purged) {
+    fw_stat_add(committed, purged * fw_slot_bytes(seg));
+    seg->purged_mask &= ~bits;
+  }
+  seg->free_mask &= ~bits;
+  seg->dirty_mask &= ~bits;
+  seg->dirty_young &= ~bits;
+  if (!seg->free_mask && seg->tld) fw_tld_unlink_free(seg->tld, seg);
+  return is_zero;
+}
+
+/* The first bit of a run of n set bits in mask, or -1. */
+static int fw_mask_find_run(uint64_t mask, size_t n) {
+  uint64_t x = mask;
+  for (size_t k = 1; k < n && x; k++) x &= mask >> k;
+  return x ? __builtin_ctzll(x) : -1;
+}
+
+static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
+  uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
+  for (size_t k = from; k < to; k++) {
+    page[k].slice_offset = (uint32_t)k;
+    page[k].tag = 0;
+    page[k].flags = (uint8_t)(FW_PF_REDIRECT | pf);
+  }
+}
+
+/* A large block of n slices in a span segment of the thread. */
+static fw_page_t *fw_segment_span_alloc(fw_heap_t *heap, size_t n) {
+  fw_tld_t *tld = heap->tld;
+  fw_segment_t *seg = NULL;
+  int start = -1;
+  for (int round = 0; round < 2 && start < 0; round++) {
+    for (seg = tld->segments_free[FW_KIND_SPAN]; seg; seg = seg->fnext)
+      if ((start = fw_mask_find_run(seg->free_mask, n)) >= 0) break;
+    /* then adopt what exited threads left and look again */
+    if (start < 0 && (round > 0 || !fw_segment_reclaim_one(heap))) break;
+  }
+  if (start < 0) {
+    bool fresh;
+    seg = fw_segment_new(tld, FW_KIND_SPAN, 1, &fresh);
+    if (!seg) return NULL;
+    fw_tld_link_free(tld, seg);
+    start = 1;
+  }
+  uint64_t bits = (((uint64_t)1 << n) - 1) << start;
+  bool is_zero = fw_segment_take_slots(seg, bits);
+  seg->pages_used++;
+  fw_page_t *pg = &seg->pages[start];
+  memset(pg, 0, sizeof *pg);
+  pg->kind = FW_KIND_LARGE;
+  pg->slices = (uint32_t)n;
+  pg->area = (uint8_t *)seg + (size_t)start * FW_SLICE_SIZE;
+  pg->block_size = n * FW_SLICE_SIZE;
+  pg->is_zero = is_zero;
+  fw_span_redirect(pg, 1, n);
+  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
+  return pg;
+}
+
+/* realloc in place: the slices after a span are free, take them. */
+bool fw_segment_span_grow(fw_page_t *page, size_t size) {
+  fw_segment_t *seg = fw_page_segment(page);
+  if (seg->kind != FW_KIND_SPAN || size > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE) return false;
+  size_t n = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
+  size_t start = (size_t)(page - seg->pages);
+  if (n <= page->slices) return false;
+  if (start + n > FW_SLICES) return false;
+  uint64_t bits = (((uint64_t)1 << (n - page->slices)) - 1) << (start + page->slices);
+  if ((seg->free_mask & bits) != bits) return false;
+  fw_segment_take_slots(seg, bits);
+  fw_span_redirect(page, page->slices, n);
+  page->slices = (uint32_t)n;
+  page->block_size = n * FW_SLICE_SIZE;
+  page->requested = size;
+  return true;
+}
+
 fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   fw_tld_t *tld = heap->tld;
   fw_segment_t *seg = tld->segments_free[kind];
@@ -161,23 +247,18 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   }
   uint64_t warm = seg->free_mask & seg->dirty_mask;
   size_t slot = (size_t)__builtin_ctzll(warm ? warm : seg->free_mask);
-  uint64_t bit = (uint64_t)1 << slot;
-  bool is_zero = !(seg->dirty_mask & bit);
-  if (seg->purged_mask & bit) {
-    /* a purged slot becomes committed again as it is touched */
-    fw_stat_add(committed, fw_slot_bytes(seg));
-    seg->purged_mask &= ~bit;
-  }
-  seg->free_mask &= ~bit;
-  seg->dirty_mask &= ~bit;
-  seg->dirty_young &= ~bit;
+  bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
   seg->pages_used++;
-  if (!seg->free_mask) fw_tld_unlink_free(tld, seg);
   fw_page_slot_setup(seg, slot, is_zero);
   return &seg->pages[slot * seg->page_slices];
 }
 
 fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
+  if (align <= FW_SLICE_SIZE && size <= FW_SPAN_MAX_SLICES * FW_SLICE_SIZE) {
+    fw_page_t *pg = fw_segment_span_alloc(heap, (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE);
+    if (pg) pg->requested = size;
+    return pg;
+  }
   if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
   size_t offset = fw_align_up(FW_SEGMENT_HEADER, align);
   if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE) return NULL;
@@ -214,6 +295,33 @@ static void fw_slot_purge(fw_segment_t *seg, size_t slot) {
   seg->purged_mask |= (uint64_t)1 << slot;
 }
 
+static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits) {
+  seg->free_mask |= bits;
+  fw_tld_link_free(tld, seg);
+  long delay = fw_opt(PURGE_DELAY);
+  if (delay == 0) {
+    for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(b));
+    return;
+  }
+  seg->dirty_mask |= bits;
+  if (delay > 0) {
+    if (seg->purge_due) {
+      /* the deadline was set for pages freed earlier: these wait a round */
+      seg->dirty_young |= bits;
+      return;
+    }
+    seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
+    if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
+  }
+}
+
+/* Another span segment of the thread with room: then an empty one goes. */
+static bool fw_span_spare(fw_tld_t *tld, fw_segment_t *seg) {
+  for (fw_segment_t *s = tld->segments_free[FW_KIND_SPAN]; s; s = s->fnext)
+    if (s != seg) return true;
+  return false;
+}
+
 void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   fw_segment_t *seg = fw_page_segment(page);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
@@ -222,32 +330,35 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   page->used = 0;
   fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;
-  if (seg->kind == FW_KIND_LARGE || seg->pages_used == 0) {
+  if (seg->kind == FW_KIND_LARGE) {
     fw_segment_free(tld, seg);
     return;
   }
-  size_t slot = (size_t)(page - seg->pages) / seg->page_slices;
-  uint64_t bit = (uint64_t)1 << slot;
-  seg->free_mask |= bit;
-  fw_tld_link_free(tld, seg);
-  long delay = fw_opt(PURGE_DELAY);
-  if (delay == 0) {
-    fw_slot_purge(seg, slot);
-    return;
-  }
-  seg->dirty_mask |= bit;
-  if (delay > 0) {
-    if (seg->purge_due) {
-      /* the deadline was set for pages freed earlier: this one waits a round */
-      seg->dirty_young |= bit;
+  uint64_t bits;
+  if (seg->kind == FW_KIND_SPAN) {
+    size_t slot = (size_t)(page - seg->pages);
+    size_t n = page->slices;
+    for (size_t k = 1; k < n; k++) {
+      page[k].flags = FW_PF_UNUSED;
+      page[k].slice_offset = 0;
+    }
+    bits = (((uint64_t)1 << n) - 1) << slot;
+    /* Keep one empty span segment: a loop that allocates and frees one
+     * large block then never maps and unmaps. */
+    if (seg->pages_used == 0 && fw_span_spare(tld, seg)) {
+      fw_segment_free(tld, seg);
       return;
     }
-    seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
-    if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
+  } else {
+    if (seg->pages_used == 0) {
+      fw_segment_free(tld, seg);
+      return;
+    }
+    bits = (uint64_t)1 << ((size_t)(page - seg->pages) / seg->page_slices);
   }
+  fw_segment_release_slots(tld, seg, bits);
 }
 
-/* Purges the free dirty slots, except the young ones unless all. */
 static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
   uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
   for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
@@ -264,7 +375,12 @@ static void fw_segment_purge_free(fw_segment_t *seg) { fw_segment_purge_slots(se
 void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   uint64_t next = 0;
   long delay = fw_opt(PURGE_DELAY);
-  for (fw_segment_t *seg = tld->segments; seg; seg = seg->next) {
+  for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
+    nxt = seg->next;
+    if (force && seg->pages_used == 0) {
+      fw_segment_free(tld, seg);  /* the empty span segment kept for reuse */
+      continue;
+    }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
     if (!dirty) continue;
     if (!force && seg->purge_due > now) {
@@ -304,7 +420,7 @@ void fw_segments_abandon(fw_tld_t *tld) {
       if (fw_opt(PURGE_DELAY) >= 0) fw_segment_purge_free(seg);
       for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
         fw_page_t *pg = &seg->pages[i];
-        if (pg->flags & FW_PF_UNUSED) continue;
+        if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
         atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
         pg->next = pg->prev = NULL;
         __atomic_store_n(&pg->tag, 0, __ATOMIC_RELAXED);
@@ -337,7 +453,7 @@ static void fw_segment_adopt(fw_heap_t *heap, fw_segment_t *seg) {
   if (seg->free_mask) fw_tld_link_free(tld, seg);
   for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
     fw_page_t *pg = &seg->pages[i];
-    if (pg->flags & FW_PF_UNUSED) continue;
+    if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
     bool last = seg->pages_used == 1;
     bool large = seg->kind == FW_KIND_LARGE;
     /* with its last page freed the segment is gone: touch nothing more */

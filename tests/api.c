@@ -5,6 +5,7 @@
  * Run as `api SECTION` (or `api all`, `api list`). */
 #include "fwtest.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 /* Kept in volatiles so that the compiler neither folds them nor warns about
@@ -773,6 +774,82 @@ static void t_mixed(void) {
   fwt_scratch_free(sz, N * sizeof *sz);
 }
 
+/* ---- large blocks (128 KiB .. 2 MiB share segments in spans of slices) ---- */
+typedef struct large_set {
+  char *p[64];
+  size_t n[64];
+} large_set;
+
+static void *large_free_half(void *arg) {
+  large_set *ls = arg;
+  for (int i = 0; i < 64; i += 2) {
+    CHECK_PATTERN(ls->p[i], ls->n[i], fwt_seed(ls->p[i], ls->n[i], 0x1a));
+    A.free(ls->p[i]);
+    ls->p[i] = NULL;
+  }
+  return NULL;
+}
+
+static void t_large(void) {
+  fwt_rng r;
+  fwt_rng_init(&r, 77);
+  for (int round = 0; round < 4; round++) {
+    large_set ls;
+    for (int i = 0; i < 64; i++) {
+      size_t n = fwt_range(&r, 128 * 1024 + 1, 2 * 1024 * 1024);
+      /* every other round through calloc: reused slices must read as zero */
+      char *p = round % 2 ? A.calloc(1, n) : A.malloc(n);
+      CHECKF(p != NULL, "allocating %zu bytes", n);
+      CHECKF(fwt_aligned(p, 16), "block %p of %zu bytes is not 16-byte aligned", (void *)p, n);
+      CHECKF(A.usable_size(p) >= n, "usable size %zu of a %zu-byte block", A.usable_size(p), n);
+      if (round % 2) {
+        for (size_t k = 0; k < n; k += 4093)
+          CHECKF(p[k] == 0, "calloc(%zu) block %p: byte %zu is %d", n, (void *)p, k, p[k]);
+        CHECKF(p[n - 1] == 0, "calloc(%zu) block %p: last byte is %d", n, (void *)p, p[n - 1]);
+      }
+      fwt_fill(p, n, fwt_seed(p, n, 0x1a));
+      ls.p[i] = p;
+      ls.n[i] = n;
+    }
+    /* half of them freed by another thread, the rest here */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, large_free_half, &ls) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    for (int i = 1; i < 64; i += 2) {
+      CHECK_PATTERN(ls.p[i], ls.n[i], fwt_seed(ls.p[i], ls.n[i], 0x1a));
+      A.free(ls.p[i]);
+    }
+  }
+  /* realloc growth keeps the contents, in place or not */
+  char *p = A.malloc(200 * 1024);
+  CHECK(p != NULL);
+  fwt_fill(p, 200 * 1024, 5);
+  size_t have = 200 * 1024;
+  for (size_t want = 300 * 1024; want <= 6 * 1024 * 1024; want += want / 2) {
+    char *q = A.realloc(p, want);
+    CHECKF(q != NULL, "realloc to %zu bytes", want);
+    CHECK_PATTERN(q, 200 * 1024, 5);
+    CHECKF(A.usable_size(q) >= want, "usable size %zu after realloc to %zu", A.usable_size(q), want);
+    memset(q + have, 0x5c, want - have);
+    p = q;
+    have = want;
+  }
+  A.free(p);
+  {
+    /* a lone large block with free slices behind it grows in place */
+    fw_heap_t *h = X.heap_new();
+    char *a = X.heap_malloc(h, 256 * 1024);
+    CHECK(a != NULL);
+    memset(a, 7, 256 * 1024);
+    char *b = X.heap_realloc(h, a, 1024 * 1024);
+    CHECKF(b == a, "realloc of a 256 KiB block to 1 MiB moved it (%p -> %p) although the slices after it are free",
+           (void *)a, (void *)b);
+    for (size_t k = 0; k < 256 * 1024; k += 4096) CHECK(b[k] == 7);
+    memset(b, 8, 1024 * 1024);
+    X.heap_destroy(h);
+  }
+}
+
 static const fwt_section sections[] = {
   {"zero", t_zero},
   {"small_sizes", t_small_sizes},
@@ -789,6 +866,7 @@ static const fwt_section sections[] = {
   {"free_sized", t_free_sized},
   {"valloc", t_valloc},
   {"mixed", t_mixed},
+  {"large", t_large},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
