@@ -103,7 +103,7 @@ struct fw_segment_s {
   uint8_t kind;
   uint8_t direct;               /* own mapping, not from an arena */
   uint8_t in_free_list;
-  uint8_t pad0_;
+  uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
   uint32_t page_slices;         /* slices per page */
   uint32_t pages_total;
   uint32_t pages_used;
@@ -116,7 +116,7 @@ struct fw_segment_s {
   uint32_t chunks;
   fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
   fw_segment_t *next, *prev;    /* tld->segments (all owned) */
-  fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] (some page free) */
+  fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
   fw_segment_t *anext;          /* abandoned list */
   uint64_t cookie;              /* cautious mode: proves the header is ours */
   uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
@@ -153,7 +153,9 @@ struct fw_tld_s {
   fw_heap_t *heap_default;
   fw_heap_t *heaps;                 /* all heaps of the thread */
   fw_segment_t *segments;           /* all owned segments */
-  fw_segment_t *segments_free[4];   /* by kind: segments with a free slot */
+  fw_segment_t *segments_free[2];   /* small / medium with a free page */
+  fw_segment_t *span_bins[FW_SLICES]; /* span segments by longest free run */
+  uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
   fw_tld_t *pool_next;
   bool done;                        /* thread has exited */

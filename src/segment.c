@@ -27,23 +27,50 @@ static uint8_t *fw_slot_area(fw_segment_t *seg, size_t i, size_t *size) {
   return start;
 }
 
-static void fw_tld_link_free(fw_tld_t *tld, fw_segment_t *seg) {
-  if (seg->in_free_list) return;
-  seg->in_free_list = 1;
-  fw_segment_t **head = &tld->segments_free[seg->kind];
-  seg->fprev = NULL;
-  seg->fnext = *head;
-  if (*head) (*head)->fprev = seg;
-  *head = seg;
+/* Segments with free slots are listed for allocation: small and medium by
+ * kind, span segments in bins by their longest run of free slices, so that
+ * a span of n slices is found in the smallest bin >= n (best fit) without
+ * visiting segments that cannot hold it. */
+static fw_segment_t **fw_free_head(fw_tld_t *tld, fw_segment_t *seg) {
+  return seg->kind == FW_KIND_SPAN ? &tld->span_bins[seg->span_bin] : &tld->segments_free[seg->kind];
 }
 
 static void fw_tld_unlink_free(fw_tld_t *tld, fw_segment_t *seg) {
   if (!seg->in_free_list) return;
   seg->in_free_list = 0;
+  fw_segment_t **head = fw_free_head(tld, seg);
   if (seg->fprev) seg->fprev->fnext = seg->fnext;
-  else tld->segments_free[seg->kind] = seg->fnext;
+  else *head = seg->fnext;
   if (seg->fnext) seg->fnext->fprev = seg->fprev;
   seg->fnext = seg->fprev = NULL;
+  if (seg->kind == FW_KIND_SPAN && !*head) tld->span_binmap &= ~((uint64_t)1 << seg->span_bin);
+}
+
+static unsigned fw_mask_longest_run(uint64_t x) {
+  unsigned n = 0;
+  for (; x; n++) x &= x << 1;
+  return n;
+}
+
+/* Lists a segment with a free slot; a span segment moves to the bin of its
+ * longest free run (call it after every change of its free slices). */
+static void fw_tld_link_free(fw_tld_t *tld, fw_segment_t *seg) {
+  if (seg->kind == FW_KIND_SPAN) {
+    unsigned bin = fw_mask_longest_run(seg->free_mask);
+    if (seg->in_free_list && seg->span_bin == bin) return;
+    fw_tld_unlink_free(tld, seg);
+    if (!bin) return;
+    seg->span_bin = (uint8_t)bin;
+    tld->span_binmap |= (uint64_t)1 << bin;
+  } else if (seg->in_free_list) {
+    return;
+  }
+  seg->in_free_list = 1;
+  fw_segment_t **head = fw_free_head(tld, seg);
+  seg->fprev = NULL;
+  seg->fnext = *head;
+  if (*head) (*head)->fprev = seg;
+  *head = seg;
 }
 
 static void fw_tld_link(fw_tld_t *tld, fw_segment_t *seg) {
@@ -163,7 +190,8 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
   seg->free_mask &= ~bits;
   seg->dirty_mask &= ~bits;
   seg->dirty_young &= ~bits;
-  if (!seg->free_mask && seg->tld) fw_tld_unlink_free(seg->tld, seg);
+  if (seg->kind == FW_KIND_SPAN) fw_tld_link_free(seg->tld, seg);
+  else if (!seg->free_mask) fw_tld_unlink_free(seg->tld, seg);
   return is_zero;
 }
 
@@ -188,17 +216,22 @@ static fw_page_t *fw_segment_span_alloc(fw_heap_t *heap, size_t n) {
   fw_tld_t *tld = heap->tld;
   fw_segment_t *seg = NULL;
   int start = -1;
-  for (int round = 0; round < 2 && start < 0; round++) {
-    for (seg = tld->segments_free[FW_KIND_SPAN]; seg; seg = seg->fnext)
-      if ((start = fw_mask_find_run(seg->free_mask, n)) >= 0) break;
-    /* then adopt what exited threads left and look again */
-    if (start < 0 && (round > 0 || !fw_segment_reclaim_one(heap))) break;
+  for (int round = 0; round < 2; round++) {
+    uint64_t bins = tld->span_binmap & (~(uint64_t)0 << n);
+    if (bins) {
+      seg = tld->span_bins[__builtin_ctzll(bins)];
+      /* warm slices first (freed, not purged yet: no page faults) */
+      start = fw_mask_find_run(seg->free_mask & seg->dirty_mask, n);
+      if (start < 0) start = fw_mask_find_run(seg->free_mask, n);
+      break;
+    }
+    /* adopt what exited threads left, then look again */
+    if (round > 0 || !fw_segment_reclaim_one(heap)) break;
   }
   if (start < 0) {
     bool fresh;
     seg = fw_segment_new(tld, FW_KIND_SPAN, 1, &fresh);
     if (!seg) return NULL;
-    fw_tld_link_free(tld, seg);
     start = 1;
   }
   uint64_t bits = (((uint64_t)1 << n) - 1) << start;
@@ -317,8 +350,10 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
 
 /* Another span segment of the thread with room: then an empty one goes. */
 static bool fw_span_spare(fw_tld_t *tld, fw_segment_t *seg) {
-  for (fw_segment_t *s = tld->segments_free[FW_KIND_SPAN]; s; s = s->fnext)
-    if (s != seg) return true;
+  for (uint64_t m = tld->span_binmap; m; m &= m - 1) {
+    fw_segment_t *s = tld->span_bins[__builtin_ctzll(m)];
+    if (s != seg || s->fnext) return true;
+  }
   return false;
 }
 
