@@ -59,12 +59,17 @@
  *
  * THREADS
  *   A thread's first malloc builds its data (init.c) from type-stable
- *   metadata. At exit a pthread key destructor folds in pending frees,
- *   returns empty pages and abandons the remaining segments on a global
- *   list; the next thread that needs a page adopts one (trylock, never
- *   waits). Heap structs are recycled, never unmapped, so a remote free that
- *   races with an exit writes into valid memory and is picked up later.
- *   fork() takes the few global locks in its prepare handler.
+ *   metadata, taking a short process-wide lock once per thread lifetime
+ *   (never on a later malloc or free). At exit a pthread key destructor
+ *   folds in pending frees, returns empty pages and abandons the remaining
+ *   segments: one bit per segment in its arena's "abandoned" bitmap. A thread
+ *   that needs a segment claims any marked one, and a thread that frees into
+ *   an abandoned segment claims that one (clearing the bit is the single
+ *   atomic that makes it the owner), so freed blocks turn back into free
+ *   pages even when no thread allocates. Heap structs are recycled, never
+ *   unmapped, so a remote free that races with an exit writes into valid
+ *   memory and is picked up later. fork() takes the few global locks in its
+ *   prepare handler.
  *
  * CAUTIOUS MODE (FREEWAY_CAUTIOUS=1, check.c)
  *   Every page carries FW_PF_CHECKED and every direct[] slot stays empty, so
@@ -102,7 +107,10 @@ static void *fw_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
 /* The slow path proper, without the first-use and cautious-mode checks. */
 void *fw_malloc_plain(fw_heap_t *heap, size_t size) {
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
-  if (fw_unlikely((++heap->slow_count & 63) == 0)) fw_heap_housekeeping(heap, false);
+  if (fw_unlikely((++heap->slow_count & 63) == 0)) {
+    fw_heap_housekeeping(heap, false);
+    fw_heap_retire_idle(heap);
+  }
   if (size > FW_MEDIUM_MAX) return fw_large_malloc(heap, size, 0);
   size_t cls = fw_size_class(size);
   fw_page_t *page = fw_page_find(heap, cls);
@@ -206,7 +214,13 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
         fw_segment_span_grow(page, size))
       return p;
   }
-  void *q = fw_heap_malloc_fast(heap, size);
+  /* A block that grows by less than double is likely to grow again (a
+   * buffer, a vector): give it a quarter more, so that the next few
+   * reallocs stay in place instead of copying through every size class. */
+  size_t want = size;
+  if (size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) want = size + size / 4;
+  void *q = fw_heap_malloc_fast(heap, want);
+  if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
   if (!q) return NULL;
   memcpy(q, p, usable < size ? usable : size);
   fw_free_generic(p);
@@ -216,6 +230,9 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
 /* ---- public entry points ---------------------------------------------- */
 
 void *fw_malloc(size_t size) { return fw_malloc_fast(size); }
+/* The same entry under a hidden name: operator new calls it directly, not
+ * through the GOT as an exported (interposable) name would need. */
+void *fw_malloc_direct(size_t size) { return fw_malloc_fast(size); }
 
 void *fw_calloc(size_t count, size_t size) {
   size_t total;

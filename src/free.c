@@ -72,6 +72,7 @@ size_t fw_usable_size(const void *p) {
 }
 
 void fw_free(void *p) { fw_free_fast(p); }
+void fw_free_direct(void *p) { fw_free_fast(p); }  /* for operator delete: not interposable */
 
 /* The size is a hint only: the block's page knows its size class. */
 void fw_free_sized(void *p, size_t size) {

@@ -74,6 +74,34 @@ void fw_heap_housekeeping(fw_heap_t *heap, bool force) {
   fw_arena_purge(now, force);
 }
 
+/* The head page of a class queue never empties on the free fast path (it
+ * carries one extra count), which keeps a malloc/free loop fast; but a
+ * class the program has stopped using would hold its page forever. Once
+ * per purge delay (checked on the slow path) the heads are looked at: one
+ * found empty twice in a row goes back to its segment. A loop that keeps
+ * the page busy costs nothing, as it never reaches the slow path. */
+void fw_heap_retire_idle(fw_heap_t *heap) {
+  long delay = fw_opt(PURGE_DELAY);
+  if (delay < 0) return;
+  uint64_t now = fw_os_clock_ms();
+  if (now < heap->idle_scan_due) return;
+  heap->idle_scan_due = now + (uint64_t)(delay ? delay : 1);
+  for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
+    fw_page_t *pg = heap->queues[c].first;
+    if (!pg) continue;
+    if (pg->used != 1 || (atomic_load_explicit(&pg->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED)) {
+      pg->idle = 0;
+      continue;
+    }
+    if (!pg->idle) {
+      pg->idle = 1;
+      continue;
+    }
+    fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */
+    fw_segment_page_free(heap->tld, pg);
+  }
+}
+
 /* Empties a heap. Pages with live blocks go to target (fw_heap_delete), or
  * are detached for their segments to be abandoned (target NULL, thread
  * exit), or are dropped with their blocks (destroy). */

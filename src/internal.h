@@ -91,7 +91,8 @@ struct fw_page_s {
   fw_page_t *next, *prev;    /* class queue or full list */
   size_t requested;          /* LARGE: the size asked for (usable size) */
   uint8_t is_zero;           /* LARGE: block memory known to be zero */
-  uint8_t pad_[128 - 97];
+  uint8_t idle;              /* queue head found empty by the last idle scan */
+  uint8_t pad_[128 - 98];
 };
 _Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page descriptor size");
 
@@ -144,6 +145,7 @@ struct fw_heap_s {
   fw_heap_t *pool_next;            /* free heap structs */
   size_t peak_bytes;               /* sampled on the slow path */
   uint64_t slow_count;
+  uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   bool is_default;
 };
 
@@ -300,6 +302,7 @@ FW_HIDDEN fw_heap_t *fw_heap_alloc_struct(fw_tld_t *tld, bool is_default);
 FW_HIDDEN void fw_heap_collect_delayed(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_release_all(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_housekeeping(fw_heap_t *heap, bool force);
+FW_HIDDEN void fw_heap_retire_idle(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_struct_free(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_fork_prepare(void);
 FW_HIDDEN void fw_heap_fork_parent(void);
@@ -316,6 +319,7 @@ FW_HIDDEN void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero);
 FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool zero);
 FW_HIDDEN void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size);
 FW_HIDDEN void *fw_enomem(void);
+FW_HIDDEN void *fw_malloc_direct(size_t size);  /* fw_malloc, for new_delete.cpp */
 
 /* ---- free.c ----------------------------------------------------------- */
 FW_HIDDEN void fw_free_generic(void *p);
@@ -323,6 +327,7 @@ FW_HIDDEN void fw_free_local_slow(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN void fw_free_local_unchecked(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN void fw_free_remote(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN size_t fw_usable_size(const void *p);
+FW_HIDDEN void fw_free_direct(void *p);         /* fw_free, for new_delete.cpp */
 
 /* ---- init.c ----------------------------------------------------------- */
 FW_HIDDEN extern __thread fw_heap_t *fw_tls_heap __attribute__((tls_model("initial-exec")));

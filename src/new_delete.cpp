@@ -12,6 +12,13 @@
 
 #include "freeway.h"
 
+// fw_malloc and fw_free under hidden names (alloc.c, free.c): called
+// directly, and delete jumps straight into the free fast path.
+extern "C" {
+__attribute__((visibility("hidden"))) void *fw_malloc_direct(std::size_t size) noexcept;
+__attribute__((visibility("hidden"))) void fw_free_direct(void *p) noexcept;
+}
+
 #define FW_CXX_API __attribute__((visibility("default")))
 #define FW_CXX_COLD __attribute__((noinline, cold))
 #define fw_cxx_likely(x) __builtin_expect(!!(x), 1)
@@ -63,7 +70,7 @@ FW_CXX_COLD void *fw_cxx_new_aligned_nothrow_fail(std::size_t size, std::size_t 
 }
 
 inline void *fw_cxx_new(std::size_t size) {
-  void *p = fw_malloc(size);
+  void *p = fw_malloc_direct(size);
   if (fw_cxx_likely(p != nullptr))
     return p;
   return fw_cxx_new_fail(size);
@@ -77,7 +84,7 @@ inline void *fw_cxx_new_aligned(std::size_t size, std::align_val_t alignment) {
 }
 
 inline void *fw_cxx_new_nothrow(std::size_t size) noexcept {
-  void *p = fw_malloc(size);
+  void *p = fw_malloc_direct(size);
   if (fw_cxx_likely(p != nullptr))
     return p;
   return fw_cxx_new_nothrow_fail(size);
@@ -88,15 +95,6 @@ inline void *fw_cxx_new_aligned_nothrow(std::size_t size, std::align_val_t align
   if (fw_cxx_likely(p != nullptr))
     return p;
   return fw_cxx_new_aligned_nothrow_fail(size, static_cast<std::size_t>(alignment));
-}
-
-// The size a sized delete reports: new(0) may have taken one byte.
-inline void fw_cxx_delete_sized(void *p, std::size_t size) noexcept {
-  fw_free_sized(p, fw_cxx_nonzero(size));
-}
-
-inline void fw_cxx_delete_aligned_sized(void *p, std::size_t size, std::align_val_t alignment) noexcept {
-  fw_free_aligned_sized(p, static_cast<std::size_t>(alignment), fw_cxx_nonzero(size));
 }
 
 } // namespace
@@ -127,32 +125,48 @@ FW_CXX_API void *operator new[](std::size_t size, std::align_val_t alignment, co
 }
 
 // ---- delete ---------------------------------------------------------------
-FW_CXX_API void operator delete(void *p) noexcept { fw_free(p); }
-FW_CXX_API void operator delete[](void *p) noexcept { fw_free(p); }
+// Every form frees through the block's page, which knows the size and the
+// alignment: the sized and aligned forms need nothing else.
+FW_CXX_API void operator delete(void *p) noexcept { fw_free_direct(p); }
+FW_CXX_API void operator delete[](void *p) noexcept { fw_free_direct(p); }
 
-FW_CXX_API void operator delete(void *p, const std::nothrow_t &) noexcept { fw_free(p); }
-FW_CXX_API void operator delete[](void *p, const std::nothrow_t &) noexcept { fw_free(p); }
+FW_CXX_API void operator delete(void *p, const std::nothrow_t &) noexcept { fw_free_direct(p); }
+FW_CXX_API void operator delete[](void *p, const std::nothrow_t &) noexcept { fw_free_direct(p); }
 
-FW_CXX_API void operator delete(void *p, std::size_t size) noexcept { fw_cxx_delete_sized(p, size); }
-FW_CXX_API void operator delete[](void *p, std::size_t size) noexcept { fw_cxx_delete_sized(p, size); }
+FW_CXX_API void operator delete(void *p, std::size_t size) noexcept {
+  (void)size;
+  fw_free_direct(p);
+}
+FW_CXX_API void operator delete[](void *p, std::size_t size) noexcept {
+  (void)size;
+  fw_free_direct(p);
+}
 
 FW_CXX_API void operator delete(void *p, std::align_val_t alignment) noexcept {
-  fw_free_aligned(p, static_cast<std::size_t>(alignment));
+  (void)alignment;
+  fw_free_direct(p);
 }
 FW_CXX_API void operator delete[](void *p, std::align_val_t alignment) noexcept {
-  fw_free_aligned(p, static_cast<std::size_t>(alignment));
+  (void)alignment;
+  fw_free_direct(p);
 }
 
 FW_CXX_API void operator delete(void *p, std::align_val_t alignment, const std::nothrow_t &) noexcept {
-  fw_free_aligned(p, static_cast<std::size_t>(alignment));
+  (void)alignment;
+  fw_free_direct(p);
 }
 FW_CXX_API void operator delete[](void *p, std::align_val_t alignment, const std::nothrow_t &) noexcept {
-  fw_free_aligned(p, static_cast<std::size_t>(alignment));
+  (void)alignment;
+  fw_free_direct(p);
 }
 
 FW_CXX_API void operator delete(void *p, std::size_t size, std::align_val_t alignment) noexcept {
-  fw_cxx_delete_aligned_sized(p, size, alignment);
+  (void)size;
+  (void)alignment;
+  fw_free_direct(p);
 }
 FW_CXX_API void operator delete[](void *p, std::size_t size, std::align_val_t alignment) noexcept {
-  fw_cxx_delete_aligned_sized(p, size, alignment);
+  (void)size;
+  (void)alignment;
+  fw_free_direct(p);
 }

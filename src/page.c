@@ -35,7 +35,10 @@ static void fw_pq_head_moved(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *old
   fw_page_t *now = q->first;
   if (old == now) return;
   if (old) old->used--;
-  if (now) now->used++;
+  if (now) {
+    now->used++;
+    now->idle = 0;
+  }
   if (q != &heap->full) fw_direct_set(heap, (size_t)(q - heap->queues), now ? now : &fw_page_empty);
 }
 
@@ -220,6 +223,9 @@ fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p) {
 }
 
 size_t fw_page_usable(const fw_page_t *page, const void *p) {
+  /* p is a block start unless the page hands out aligned interior
+   * pointers: no division on the common path (realloc asks every time) */
+  if (page->kind != FW_KIND_LARGE && !(fw_page_flags(page) & FW_PF_ALIGNED)) return page->block_size;
   const uint8_t *b = (const uint8_t *)fw_page_block_start(page, p);
   return page->block_size - (size_t)((const uint8_t *)p - b);
 }

@@ -4,6 +4,8 @@
  * mode. */
 #include "fwtest.h"
 
+#include <time.h>
+
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -661,6 +663,42 @@ static void t_misuse(void) {
   fwt_log("misuse reported as: %.200s", out);
 }
 
+/* Pages of classes the program stopped using go back without fw_collect:
+ * after one block of each of 16 medium classes is freed, each class keeps
+ * its (empty) page; once they have been idle for two purge delays, slow-path
+ * calls on the heap give them back. */
+static void t_idle(void) {
+  fw_heap_t *h = X.heap_new();
+  for (size_t k = 0; k < 16; k++) {
+    size_t n = 9000 + k * 6000;
+    char *p = X.heap_malloc(h, n);
+    CHECK(p != NULL);
+    memset(p, 1, n);
+    X.free(p);
+  }
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  size_t before = s.pages;
+  CHECKF(before >= 8, "only %zu pages for 16 medium size classes", before);
+  long delay = X.option_get("purge_delay");
+  /* The slow path of one class (2 KiB: above the direct table) keeps
+   * running; its own page stays in use. */
+  for (int round = 0; round < 6; round++) {
+    struct timespec ts = {0, (delay > 0 ? delay : 10) * 1000000L};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < 200; i++) {
+      void *q = X.heap_malloc(h, 2000);
+      CHECK(q != NULL);
+      X.free(q);
+    }
+  }
+  heap_stats(h, &s);
+  fwt_log("idle: %zu pages after freeing one block of 16 medium classes, %zu after they stayed idle", before,
+          s.pages);
+  CHECKF(s.pages <= 2, "%zu pages still held by idle size classes (%zu before)", s.pages, before);
+  X.heap_destroy(h);
+}
+
 static const fwt_section sections[] = {
   {"basic", t_basic},
   {"calloc_realloc", t_calloc_realloc},
@@ -669,6 +707,7 @@ static const fwt_section sections[] = {
   {"delete", t_delete},
   {"destroy", t_destroy},
   {"collect", t_collect},
+  {"idle", t_idle},
   {"many", t_many},
   {"remote_destroy", t_remote_destroy},
   {"remote_delete", t_remote_delete},
