@@ -312,7 +312,7 @@ class Speed(Experiment):
             "blocks and allocates one of a random size from 256 B to the range's top. CPU usage is "
             "(user+sys)/(wall x cores), as in the seed.")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
-    quick_scale = 0.04
+    quick_scale = 0.15
     TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
              (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
 
@@ -339,7 +339,7 @@ class Frag(Experiment):
     extra_tables = (("probes_ok", "8 MiB requests that succeeded (of loops)", "probe"),
                     ("rss_alloc_mib", "RSS with every block live (MiB)", "f1"),
                     ("rss_free_mib", "RSS after the free-all (MiB)", "f1"))
-    quick_scale = 0.06
+    quick_scale = 0.1
     full_reps = 3               # each run already averages its loops
     LARGE = [(2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (10, 50000, 1280), (12, 15000, 1536)]
     SMALL = [(2, 1000000, 256), (4, 400000, 512), (8, 100000, 1024), (10, 50000, 1280), (12, 25000, 1536)]
@@ -421,7 +421,7 @@ class SameSize(Experiment):
             "the seed each point is also summarised as the mean with the min and max run dropped.")
     extra_tables = (("ms_per_thread", "time per thread = total / threads (ms)", "f1"),)
     extra_plots = (("ms_per_thread", "time per thread (ms)"),)
-    quick_scale = 0.02
+    quick_scale = 0.04
     trimmed_mean = True
     min_reps = 5                # the seed: at least 5 runs, fastest and slowest dropped
 
@@ -441,7 +441,7 @@ class Scaled(Experiment):
     what = ("Each thread does W x min(T, cores) / T operations (free a random block of a 256-block "
             "window, allocate 8-512 B), so a contention-free allocator takes the same time at every "
             "thread count; time above the 1-thread time is contention.")
-    quick_scale = 0.03
+    quick_scale = 0.25
 
     def cases(self, binpath, scale, full):
         return self.sweep(binpath, (1, 2, 4, 8, 16), "{t}T", "--work", scaled(10000000, scale))
@@ -455,7 +455,7 @@ class Strings(Experiment):
             "small-string buffer: one malloc and one free per assignment) 10M times.")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
     extra_plots = (("cpu_util", "CPU usage (fraction of all cores)"),)
-    quick_scale = 0.02
+    quick_scale = 0.04
 
     def cases(self, binpath, scale, full):
         n = scaled(10000000, scale)
@@ -470,7 +470,7 @@ class Objects(Experiment):
     what = ("A fixed total of objects (new/delete, constructor writes header and last byte, batches of "
             "64) split evenly over 1..8 threads. The ratio table shows time relative to the system "
             "allocator on 1 thread for the same size, as the seed does.")
-    quick_scale = 0.1
+    quick_scale = 0.2
     SIZES = [(128, 20000000), (1024, 10000000), (1 << 20, 200000)]
     relative_to_system_1t = True
 
@@ -490,7 +490,7 @@ class Larson(Experiment):
     what = ("T arrays of 1000 live blocks (16-1024 B); each round starts T new threads and thread i "
             "replaces random blocks of array (i + round) mod T, so the blocks it frees were allocated by "
             "other (mostly exited) threads.")
-    quick_scale = 0.05
+    quick_scale = 0.4
 
     def cases(self, binpath, scale, full):
         ops = scaled(200000, scale)
@@ -502,7 +502,7 @@ class ProdCons(Experiment):
     title = "producer/consumer pipeline"
     what = ("P producer/consumer pairs; producers allocate 16 B-4 KiB messages, consumers check and free "
             "them (every block freed by another thread than its allocator).")
-    quick_scale = 0.05
+    quick_scale = 0.5
 
     def cases(self, binpath, scale, full):
         n = scaled(2000000, scale)
@@ -517,7 +517,7 @@ class FalseShare(Experiment):
     what = ("thrash: each thread allocates an 8 B block, writes it 100 times, frees it, repeatedly. "
             "scratch: the same after each thread freed a block the main thread allocated for it. "
             "Times that grow with threads past the cores mean shared cache lines.")
-    quick_scale = 0.05
+    quick_scale = 0.2
 
     def cases(self, binpath, scale, full):
         n = scaled(1000000, scale)
@@ -534,7 +534,7 @@ class ReallocGrow(Experiment):
     name = "reallocgrow"
     title = "realloc-heavy growth"
     what = "Each thread grows 64 buffers in turn by random 1-64 B steps to the final size with realloc."
-    quick_scale = 0.25
+    quick_scale = 0.5
 
     def cases(self, binpath, scale, full):
         final = 256 << 10 if full else 64 << 10
