@@ -6,17 +6,19 @@
 #      programs under LD_PRELOAD),
 #   3. build of everything with clang (-Werror) and its fw_* C tests,
 #   4. AddressSanitizer + UBSan build of the fw_* tests,
-#   5. ThreadSanitizer build of the multi-threaded tests.
+#   5. ThreadSanitizer build of the multi-threaded tests,
+#   6. 32-bit (-m32) build and its tests (all but the real programs, which
+#      are 64-bit binaries of the system).
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "release clang asan tsan").
+#   FW_TEST_STAGES (default "release clang asan tsan m32").
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"release clang asan tsan"}
+stages=${FW_TEST_STAGES:-"release clang asan tsan m32"}
 
 log() { printf '\n==== %s\n' "$*"; }
 
@@ -33,6 +35,11 @@ install_deps() {
   if command -v gcc >/dev/null 2>&1; then
     gcc -fsanitize=address,undefined "$probe/p.c" -o "$probe/a" >/dev/null 2>&1 || san_ok=0
     gcc -fsanitize=thread "$probe/p.c" -o "$probe/t" >/dev/null 2>&1 || san_ok=0
+    # the 32-bit stage needs the multilib C and C++ runtimes
+    case " $stages " in *" m32 "*)
+      printf '#include <new>\nint main() { delete new int; return 0; }\n' > "$probe/q.cc"
+      g++ -m32 "$probe/q.cc" -o "$probe/q" >/dev/null 2>&1 || san_ok=0 ;;
+    esac
   fi
   rm -rf "$probe"
   if [ ${#missing[@]} -eq 0 ] && [ $san_ok -eq 1 ]; then
@@ -45,7 +52,7 @@ install_deps() {
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q || return 1
   $sudo apt-get install -y -q --no-install-recommends cmake make gcc g++ clang sqlite3 \
-    python3 git gzip gawk libc6-dev libasan8 libubsan1 libtsan2 ||
+    python3 git gzip gawk libc6-dev libasan8 libubsan1 libtsan2 gcc-multilib g++-multilib ||
     $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk libc6-dev ||
     return 1
 }
@@ -134,6 +141,17 @@ stage_asan() {
 }
 stage_tsan() {
   sanitizer_stage tsan "-fsanitize=thread"
+}
+
+stage_m32() {
+  local flags=-m32
+  log "32-bit build (gcc $flags)"
+  build m32 build-m32 cmake -S . -B build-m32 -DCMAKE_BUILD_TYPE=Release -DFW_BUILD_BENCH=OFF \
+    "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" \
+    "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" &&
+    build m32 build-m32 cmake --build build-m32 -j "$jobs" || return
+  log "32-bit tests"
+  run_ctest m32 build-m32 -E '^real\.' --timeout 900
 }
 
 start=$(date +%s)

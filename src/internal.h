@@ -73,26 +73,30 @@ enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 
  * thread. Exactly 128 bytes so that the free fast path finds the descriptor
  * of a pointer with a shift and a mask. */
 struct fw_page_s {
-  fw_block_t *free;          /* local free list: malloc pops, free pushes */
-  uint32_t used;             /* live blocks, +1 while the page is its queue's head */
-  uint8_t flags;             /* FW_PF_*: zero on the fast path */
-  uint8_t kind;              /* FW_KIND_* */
-  uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
-  uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
-                                free fast path's single test */
-  size_t block_size;
-  uint32_t capacity;         /* blocks carved into the free list so far */
-  uint32_t reserved;         /* blocks that fit */
-  uint32_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
-  uint32_t slices;           /* slices the page spans */
-  uint8_t *area;             /* first block */
-  _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
-  _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
-  fw_page_t *next, *prev;    /* class queue or full list */
-  size_t requested;          /* LARGE: the size asked for (usable size) */
-  uint8_t is_zero;           /* LARGE: block memory known to be zero */
-  uint8_t idle;              /* queue head found empty by the last idle scan */
-  uint8_t pad_[128 - 98];
+  union {
+    struct {
+      fw_block_t *free;          /* local free list: malloc pops, free pushes */
+      uint32_t used;             /* live blocks, +1 while the page is its queue's head */
+      uint8_t flags;             /* FW_PF_*: zero on the fast path */
+      uint8_t kind;              /* FW_KIND_* */
+      uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
+      uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
+                                    free fast path's single test */
+      size_t block_size;
+      uint32_t capacity;         /* blocks carved into the free list so far */
+      uint32_t reserved;         /* blocks that fit */
+      uint32_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
+      uint32_t slices;           /* slices the page spans */
+      uint8_t *area;             /* first block */
+      _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
+      _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
+      fw_page_t *next, *prev;    /* class queue or full list */
+      size_t requested;          /* LARGE: the size asked for (usable size) */
+      uint8_t is_zero;           /* LARGE: block memory known to be zero */
+      uint8_t idle;              /* queue head found empty by the last idle scan */
+    };
+    uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
+  };
 };
 _Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page descriptor size");
 
@@ -100,29 +104,33 @@ _Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page des
  * descriptors, so that a pointer's page is found by arithmetic alone.
  * Owned by one thread (thread_id); abandoned segments have thread_id 0. */
 struct fw_segment_s {
-  _Atomic(uintptr_t) thread_id; /* owner's thread pointer; read by every free */
-  uint8_t kind;
-  uint8_t direct;               /* own mapping, not from an arena */
-  uint8_t in_free_list;
-  uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
-  uint32_t page_slices;         /* slices per page */
-  uint32_t pages_total;
-  uint32_t pages_used;
-  uint64_t free_mask;           /* page slots not in use */
-  uint64_t dirty_mask;          /* free page slots whose memory is not purged */
-  uint64_t purge_due;           /* ms: when the dirty free pages may be purged */
-  size_t size;                  /* bytes spanned */
-  fw_arena_t *arena;            /* source, or NULL for a direct mapping */
-  uint32_t chunk;               /* first chunk in the arena */
-  uint32_t chunks;
-  fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
-  fw_segment_t *next, *prev;    /* tld->segments (all owned) */
-  fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
-  fw_segment_t *anext;          /* abandoned list */
-  uint64_t cookie;              /* cautious mode: proves the header is ours */
-  uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
-  uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
-  uint8_t pad1_[256 - 144];
+  union {
+    struct {
+      _Atomic(uintptr_t) thread_id; /* owner's thread pointer; read by every free */
+      uint8_t kind;
+      uint8_t direct;               /* own mapping, not from an arena */
+      uint8_t in_free_list;
+      uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
+      uint32_t page_slices;         /* slices per page */
+      uint32_t pages_total;
+      uint32_t pages_used;
+      uint64_t free_mask;           /* page slots not in use */
+      uint64_t dirty_mask;          /* free page slots whose memory is not purged */
+      uint64_t purge_due;           /* ms: when the dirty free pages may be purged */
+      size_t size;                  /* bytes spanned */
+      fw_arena_t *arena;            /* source, or NULL for a direct mapping */
+      uint32_t chunk;               /* first chunk in the arena */
+      uint32_t chunks;
+      fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
+      fw_segment_t *next, *prev;    /* tld->segments (all owned) */
+      fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
+      fw_segment_t *anext;          /* abandoned list */
+      uint64_t cookie;              /* cautious mode: proves the header is ours */
+      uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
+      uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
+    };
+    uint8_t header_raw_[256]; /* the page descriptors start at 256 */
+  };
   fw_page_t pages[FW_SLICES];
 };
 _Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");

@@ -175,7 +175,7 @@ static void expect_enomem(void *p, const char *call, size_t n) {
 static void t_huge_fail(void) {
   size_t M = size_max();
   size_t bad[] = {M, M - 1, M - 15, M - 4095, M - ((size_t)2 << 20) + 1, M / 2 + 1, M / 2,
-                  (size_t)PTRDIFF_MAX, (size_t)1 << 62, (size_t)1 << 56};
+                  (size_t)PTRDIFF_MAX, FWT_IMPOSSIBLE(2), FWT_IMPOSSIBLE(8)};
   for (size_t i = 0; i < FWT_COUNT(bad); i++) {
     size_t n = bad[i];
     void *p;
@@ -255,7 +255,7 @@ static void t_alignment(void) {
     size_t nb = 0;
     for (size_t is = 0; is < FWT_COUNT(sizes); is++) {
       size_t n = sizes[is];
-      if (n == 0 || n > ((size_t)1 << 62)) continue; /* a - 16 wrapped for small a */
+      if (n == 0 || n > FWT_HIGH(2)) continue; /* a - 16 wrapped for small a */
       for (int how = 0; how < 4; how++) {
         if (how == 2 && a < sizeof(void *)) continue; /* not valid for posix_memalign */
         void *p = alloc_aligned(how, a, n);
@@ -291,7 +291,7 @@ static void t_alignment(void) {
 static void t_bad_alignment(void) {
   size_t M = size_max();
   size_t bad[] = {0, 3, 5, 6, 7, 12, 24, 48, 96, 100, 1000, 4097, 3 << 20, (1 << 20) + 8,
-                  M, M - 7, ((size_t)1 << 63) + 8};
+                  M, M - 7, FWT_HIGH(1) + 8};
   for (size_t i = 0; i < FWT_COUNT(bad); i++) {
     size_t a = bad[i];
     void *out = (void *)&out;
@@ -318,7 +318,7 @@ static void t_bad_alignment(void) {
   }
   /* Powers of two above the supported maximum fail cleanly. */
   size_t maxa = X.max_alignment();
-  size_t too_big[] = {maxa * 2, (size_t)1 << 40, (size_t)1 << 63};
+  size_t too_big[] = {maxa * 2, FWT_HIGH(2), FWT_HIGH(1)};
   for (size_t i = 0; i < FWT_COUNT(too_big); i++) {
     size_t a = too_big[i];
     if (a <= maxa) continue;
@@ -491,7 +491,7 @@ static void t_realloc_fail(void) {
     char *p = A.malloc(n);
     CHECK(p != NULL);
     fwt_fill(p, n, 41);
-    size_t huge[] = {M, M - 4095, M / 2, (size_t)1 << 62};
+    size_t huge[] = {M, M - 4095, M / 2, FWT_IMPOSSIBLE(2)};
     for (size_t k = 0; k < FWT_COUNT(huge); k++) {
       errno = 0;
       expect_enomem(A.realloc(p, huge[k]), "realloc(p, n)", huge[k]);
@@ -500,9 +500,9 @@ static void t_realloc_fail(void) {
     errno = 0;
     expect_enomem(A.reallocarray(p, M / 2, 3), "reallocarray(p, SIZE_MAX / 2, 3): n", M / 2);
     errno = 0;
-    expect_enomem(A.reallocarray(p, 3, 0x5555555555555556ull), "reallocarray(p, 3, 0x5555555555555556): n", 3);
+    expect_enomem(A.reallocarray(p, 3, FWT_THIRD), "reallocarray(p, 3, SIZE_MAX / 3 + 1): n", 3);
     errno = 0;
-    expect_enomem(A.reallocarray(p, 65537, 281470681808896ull), "reallocarray(p, 65537, 2^48 + 1): n", 65537);
+    expect_enomem(A.reallocarray(p, 65537, FWT_WRAP65537), "reallocarray(p, 65537, a multiple wrapping to 65536): n", 65537);
     CHECK_PATTERN(p, n, 41);
     /* A good reallocarray keeps the contents. */
     char *q = A.reallocarray(p, 2, n);
@@ -515,7 +515,7 @@ static void t_realloc_fail(void) {
     A.free(q);
   }
   errno = 0;
-  expect_enomem(A.reallocarray(NULL, (size_t)1 << 33, (size_t)1 << 33), "reallocarray(NULL, 2^33, 2^33): n", 0);
+  expect_enomem(A.reallocarray(NULL, FWT_HIGH(FWT_BITS / 2 - 1), FWT_HIGH(FWT_BITS / 2 - 1)), "reallocarray(NULL, 2^(bits/2+1) twice): n", 0);
   char *q = A.reallocarray(NULL, 10, 20);
   CHECK(q != NULL && A.usable_size(q) >= 200);
   fwt_fill(q, 200, 1);
@@ -623,10 +623,10 @@ static void t_calloc_overflow(void) {
   size_t M = size_max();
   struct { size_t n, s; } bad[] = {
     {M / 2 + 1, 2}, {2, M / 2 + 1}, {M, M}, {M / 16 + 1, 16},
-    {65537, 281470681808896ull},        /* product wraps to 65536 */
-    {3, 0x5555555555555556ull},         /* product wraps to 2 */
-    {(size_t)1 << 32, ((size_t)1 << 32) + 1}, /* wraps to 2^32 */
-    {(size_t)1 << 40, (size_t)1 << 30},
+    {65537, FWT_WRAP65537},        /* product wraps to 65536 */
+    {3, FWT_THIRD},         /* product wraps to 2 */
+    {FWT_HALF, FWT_HALF + 1}, /* wraps to HALF */
+    {FWT_HIGH(24), (size_t)1 << 30},
   };
   for (size_t i = 0; i < FWT_COUNT(bad); i++) {
     errno = 0;

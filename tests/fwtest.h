@@ -81,6 +81,16 @@ extern fwt_ext_api X;
 /* "fw", "preload" or "static": how this program reaches the allocator. */
 extern const char *fwt_flavour;
 
+/* ---- sizes that overflow on any word size ------------------------------ */
+#define FWT_BITS (sizeof(size_t) * 8)
+#define FWT_HIGH(k) ((size_t)1 << (FWT_BITS - (k))) /* 2^(bits - k) */
+/* 2^(bits - k) where no address space holds it (64-bit), else just over half */
+#define FWT_IMPOSSIBLE(k) (sizeof(size_t) == 8 ? FWT_HIGH(k) : (SIZE_MAX / 2 + 1 + (k) * 4096))
+#define FWT_HALF ((size_t)1 << (FWT_BITS / 2))      /* HALF * (HALF + 1) wraps to HALF */
+#define FWT_THIRD (SIZE_MAX / 3 + 1)                /* 3 * THIRD wraps to 2 */
+/* 65537 * FWT_WRAP65537 wraps to 65536 */
+#define FWT_WRAP65537 ((size_t)(sizeof(size_t) == 8 ? 281470681808896ull : 65536u))
+
 /* ---- checks ------------------------------------------------------------ */
 /* Prints the failed condition (with errno) and aborts the process. */
 __attribute__((noreturn, format(printf, 4, 5))) void fwt_fail(const char *file, int line,

@@ -106,7 +106,7 @@ static void t_calloc_realloc(void) {
     for (int k = 0; k < 8; k++) X.free(v[k]);
   }
   errno = 0;
-  void *p = X.heap_calloc(h, 65537, 281470681808896ull);
+  void *p = X.heap_calloc(h, 65537, FWT_WRAP65537);
   CHECKF(p == NULL && errno == ENOMEM, "fw_heap_calloc overflow not caught (%p)", p);
   errno = 0;
   p = X.heap_malloc(h, SIZE_MAX / 2);

@@ -70,13 +70,13 @@ static void test_bad_arguments(void) {
   errno = 0;
   CHECK(fw_pool_new(SIZE_MAX / 2, 8, NULL) == NULL && errno == EINVAL);
   errno = 0;
-  CHECK(fw_pool_new((size_t)1 << 40, 8, NULL) == NULL && errno == EINVAL);
+  CHECK(fw_pool_new((size_t)1 << 30, 8, NULL) == NULL && errno == EINVAL);
   errno = 0;
   CHECK(fw_pool_new(64, 3, NULL) == NULL && errno == EINVAL);
   errno = 0;
   CHECK(fw_pool_new(64, 24, NULL) == NULL && errno == EINVAL);
   errno = 0;
-  CHECK(fw_pool_new(64, (size_t)1 << 40, NULL) == NULL && errno == EINVAL);
+  CHECK(fw_pool_new(64, (size_t)1 << 30, NULL) == NULL && errno == EINVAL);
 
   memset(&opt, 0, sizeof opt); /* size left 0 */
   errno = 0;
