@@ -104,13 +104,20 @@ static void *fw_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   return page->area;
 }
 
-/* The slow path proper, without the first-use and cautious-mode checks. */
-void *fw_malloc_plain(fw_heap_t *heap, size_t size) {
+/* The slow path proper, without the first-use and cautious-mode checks.
+ * With fresh: tells whether the block was never handed out before from a
+ * page of zeroed memory, so that calloc need not clear it. Only blocks
+ * above FW_DIRECT_MAX can tell: all of their allocations come here (the fast
+ * path never pops them), so page->fresh stays exact. */
+void *fw_malloc_plain(fw_heap_t *heap, size_t size) { return fw_malloc_plain_ex(heap, size, NULL); }
+
+void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
   if (fw_unlikely((++heap->slow_count & 63) == 0)) {
     fw_heap_housekeeping(heap, false);
     fw_heap_retire_idle(heap);
   }
+  if (fresh) *fresh = false;
   if (size > FW_MEDIUM_MAX) return fw_large_malloc(heap, size, 0);
   size_t cls = fw_size_class(size);
   fw_page_t *page = fw_page_find(heap, cls);
@@ -122,6 +129,10 @@ void *fw_malloc_plain(fw_heap_t *heap, size_t size) {
   fw_block_t *b = page->free;
   page->free = b->next;
   page->used++;
+  if (size > FW_DIRECT_MAX && (uint8_t *)b >= page->fresh) {
+    page->fresh = (uint8_t *)b + page->block_size;
+    if (fresh) *fresh = page->is_zero;
+  }
   return b;
 }
 
@@ -138,6 +149,16 @@ void *fw_malloc_generic(fw_heap_t *heap, size_t size) {
 void *fw_malloc_slow(size_t size, fw_heap_t *heap) { return fw_malloc_generic(heap, size); }
 
 void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
+  if (zero && size > FW_DIRECT_MAX && size <= FW_MEDIUM_MAX && heap != &fw_heap_empty && !fw_opt(CAUTIOUS)) {
+    /* memory fresh from the OS is not cleared again: only the link word */
+    bool fresh = false;
+    void *p = fw_malloc_plain_ex(heap, size, &fresh);
+    if (p) {
+      if (fresh) ((fw_block_t *)p)->next = NULL;
+      else memset(p, 0, size);
+    }
+    return p;
+  }
   void *p = fw_heap_malloc_fast(heap, size);
   if (zero && p) {
     fw_page_t *page = fw_ptr_page(p);

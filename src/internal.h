@@ -94,6 +94,8 @@ struct fw_page_s {
       size_t requested;          /* LARGE: the size asked for (usable size) */
       uint8_t is_zero;           /* LARGE: block memory known to be zero */
       uint8_t idle;              /* queue head found empty by the last idle scan */
+      uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed
+                                    out (zero but for the link word if is_zero) */
     };
     uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
   };
@@ -322,6 +324,7 @@ FW_HIDDEN void *fw_malloc_generic(fw_heap_t *heap, size_t size);
  * register on the malloc fast path, so the tail call needs no move. */
 FW_HIDDEN void *fw_malloc_slow(size_t size, fw_heap_t *heap);
 FW_HIDDEN void *fw_malloc_plain(fw_heap_t *heap, size_t size);
+FW_HIDDEN void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh);
 FW_HIDDEN void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align);
 FW_HIDDEN void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero);
 FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool zero);
