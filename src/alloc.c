@@ -138,6 +138,22 @@ void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
 
 /* Everything the fast path does not do. */
 void *fw_malloc_generic(fw_heap_t *heap, size_t size) {
+  /* Blocks above the direct table (1 KiB .. 128 KiB): the head page of the
+   * class queue, when it has a free block and nothing else is due. A new
+   * thread's heap (fw_heap_empty) has no queue heads, so it falls through. */
+  if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX) {
+    fw_page_t *page = heap->queues[fw_size_class(size)].first;
+    uint64_t n = heap->slow_count + 1;
+    fw_block_t *b;
+    if (page && (b = page->free) != NULL && (n & 63) &&
+        !atomic_load_explicit(&heap->delayed, memory_order_relaxed) && !fw_opt(CAUTIOUS)) {
+      heap->slow_count = n;
+      page->free = b->next;
+      page->used++;
+      if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
+      return b;
+    }
+  }
   if (fw_unlikely(heap == &fw_heap_empty)) {
     heap = fw_thread_init();
     if (!heap) return fw_enomem();

@@ -50,6 +50,19 @@ void fw_free_remote(fw_page_t *page, fw_block_t *b) {
 
 void fw_free_generic(void *p) {
   if (!p) return;
+  /* A later slice of this thread's medium page: the descriptor there only
+   * points back to the page, whose own tag says who owns it. */
+  fw_page_t *slice = fw_ptr_slice(fw_ptr_segment(p), p);
+  if (fw_page_flags(slice) == FW_PF_REDIRECT) {
+    fw_page_t *page = slice - slice->slice_offset;
+    if (__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id() && page->kind == FW_KIND_MEDIUM) {
+      fw_block_t *b = (fw_block_t *)p;
+      b->next = page->free;
+      page->free = b;
+      if (fw_unlikely(--page->used == 0)) fw_page_retire_empty(page);
+      return;
+    }
+  }
   if (fw_unlikely(fw_opt(CAUTIOUS)) && !fw_check_pointer(p))
     fw_check_fail("free of a pointer that freeway did not hand out", p, 0);
   fw_segment_t *seg = fw_ptr_segment(p);

@@ -46,9 +46,20 @@ static void fw_tld_unlink_free(fw_tld_t *tld, fw_segment_t *seg) {
   if (seg->kind == FW_KIND_SPAN && !*head) tld->span_binmap &= ~((uint64_t)1 << seg->span_bin);
 }
 
+/* Runs of set bits, in O(log n) steps: x & (x >> k) keeps the bits that
+ * start a run at least k longer than the runs x marked. */
 static unsigned fw_mask_longest_run(uint64_t x) {
-  unsigned n = 0;
-  for (; x; n++) x &= x << 1;
+  if (!x) return 0;
+  if (x == ~(uint64_t)0) return 64;
+  unsigned n = 1;
+  for (uint64_t y; n < 64 && (y = x & (x >> n)) != 0; n *= 2) x = y;
+  for (unsigned step = n / 2; step; step /= 2) {
+    uint64_t y = x & (x >> step);
+    if (y) {
+      x = y;
+      n += step;
+    }
+  }
   return n;
 }
 
@@ -198,7 +209,9 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
 /* The first bit of a run of n set bits in mask, or -1. */
 static int fw_mask_find_run(uint64_t mask, size_t n) {
   uint64_t x = mask;
-  for (size_t k = 1; k < n && x; k++) x &= mask >> k;
+  size_t have = 1;
+  for (; have * 2 <= n && x; have *= 2) x &= x >> have;
+  if (have < n) x &= x >> (n - have);
   return x ? __builtin_ctzll(x) : -1;
 }
 
@@ -348,15 +361,6 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
   }
 }
 
-/* Another span segment of the thread with room: then an empty one goes. */
-static bool fw_span_spare(fw_tld_t *tld, fw_segment_t *seg) {
-  for (uint64_t m = tld->span_binmap; m; m &= m - 1) {
-    fw_segment_t *s = tld->span_bins[__builtin_ctzll(m)];
-    if (s != seg || s->fnext) return true;
-  }
-  return false;
-}
-
 void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   fw_segment_t *seg = fw_page_segment(page);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
@@ -378,18 +382,15 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
       page[k].slice_offset = 0;
     }
     bits = (((uint64_t)1 << n) - 1) << slot;
-    /* Keep one empty span segment: a loop that allocates and frees one
-     * large block then never maps and unmaps. */
-    if (seg->pages_used == 0 && fw_span_spare(tld, seg)) {
-      fw_segment_free(tld, seg);
-      return;
-    }
   } else {
-    if (seg->pages_used == 0) {
-      fw_segment_free(tld, seg);
-      return;
-    }
     bits = (uint64_t)1 << ((size_t)(page - seg->pages) / seg->page_slices);
+  }
+  /* An empty segment stays with the thread until the purge pass after its
+   * delay (fw_segments_purge), so that memory freed and allocated again in
+   * waves is not set up anew each time. */
+  if (seg->pages_used == 0 && fw_opt(PURGE_DELAY) == 0) {
+    fw_segment_free(tld, seg);
+    return;
   }
   fw_segment_release_slots(tld, seg, bits);
 }
@@ -412,8 +413,8 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   long delay = fw_opt(PURGE_DELAY);
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
-    if (force && seg->pages_used == 0) {
-      fw_segment_free(tld, seg);  /* the empty span segment kept for reuse */
+    if (seg->pages_used == 0 && (force || seg->purge_due <= now)) {
+      fw_segment_free(tld, seg);  /* kept empty for a delay: now it goes */
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
