@@ -164,6 +164,8 @@ static void fw_arena_purge_word(fw_arena_t *a, size_t w, uint64_t now, bool forc
   atomic_fetch_and_explicit(&a->inuse[w], ~cand, memory_order_release);
 }
 
+static void fw_arena_purge_abandoned(uint64_t now, bool force);
+
 void fw_arena_purge(uint64_t now, bool force) {
   if (!force) {
     uint64_t next = atomic_load_explicit(&fw_arena_next_purge, memory_order_relaxed);
@@ -174,14 +176,15 @@ void fw_arena_purge(uint64_t now, bool force) {
   size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
   for (size_t i = 0; i < count; i++)
     for (size_t w = 0; w < FW_ARENA_WORDS; w++) fw_arena_purge_word(&fw_arenas[i], w, now, force);
+  fw_arena_purge_abandoned(now, force);
 }
 
-void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks) {
+void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks, bool purge_now) {
   long delay = fw_opt(PURGE_DELAY);
   uint8_t *p = a->base + (size_t)chunk * FW_SEGMENT_SIZE;
   size_t w = chunk / 64, s = chunk % 64;
   uint64_t m = (chunks >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << chunks) - 1)) << s;
-  if (delay == 0) {
+  if (delay == 0 || purge_now) {
     fw_os_purge(p, chunks * FW_SEGMENT_SIZE);
     fw_stat_add(purged, chunks * FW_SEGMENT_SIZE);
     fw_stat_sub(committed, chunks * FW_SEGMENT_SIZE);
@@ -203,7 +206,9 @@ void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks) {
  * while marked. */
 static _Atomic(size_t) fw_abandoned_hint;  /* marked segments, read as a hint */
 
-void fw_arena_mark_abandoned(fw_arena_t *a, uint32_t chunk) {
+void fw_arena_mark_abandoned(fw_arena_t *a, uint32_t chunk, uint64_t purge_due) {
+  /* purge_at of a chunk in use is free to hold the segment's deadline */
+  atomic_store_explicit(&a->purge_at[chunk], purge_due, memory_order_relaxed);
   atomic_fetch_add_explicit(&fw_abandoned_hint, 1, memory_order_relaxed);
   atomic_fetch_or_explicit(&a->abandoned[chunk / 64], (uint64_t)1 << (chunk % 64), memory_order_release);
 }
@@ -219,6 +224,27 @@ bool fw_arena_reclaim(fw_arena_t *a, uint32_t chunk) {
   if (!(atomic_load_explicit(&a->abandoned[chunk / 64], memory_order_relaxed) & ((uint64_t)1 << (chunk % 64))))
     return false;
   return fw_arena_take_bit(a, chunk);
+}
+
+/* An abandoned segment's free pages stay warm for the thread that will
+ * adopt it (threads that come and go in waves find them without page
+ * faults) until the segment's deadline; then the purge pass takes the
+ * segment for a moment, purges them and marks it abandoned again. */
+static void fw_arena_purge_abandoned(uint64_t now, bool force) {
+  if (atomic_load_explicit(&fw_abandoned_hint, memory_order_relaxed) == 0) return;
+  size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+  for (size_t i = 0; i < count; i++) {
+    fw_arena_t *a = &fw_arenas[i];
+    for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
+      for (uint64_t bits = atomic_load_explicit(&a->abandoned[w], memory_order_relaxed); bits; bits &= bits - 1) {
+        uint32_t chunk = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
+        uint64_t due = atomic_load_explicit(&a->purge_at[chunk], memory_order_relaxed);
+        if (due == 0 || (!force && due > now) || !fw_arena_take_bit(a, chunk)) continue;
+        fw_segment_purge_abandoned(a->base + (size_t)chunk * FW_SEGMENT_SIZE);
+        fw_arena_mark_abandoned(a, chunk, 0);
+      }
+    }
+  }
 }
 
 void *fw_arena_reclaim_any(void) {

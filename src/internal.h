@@ -169,6 +169,7 @@ struct fw_tld_s {
   fw_segment_t *span_bins[FW_SLICES]; /* span segments by longest free run */
   uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
+  size_t segments_empty;            /* owned segments with no page in use */
   fw_tld_t *pool_next;
   bool done;                        /* thread has exited */
 };
@@ -263,11 +264,11 @@ FW_HIDDEN int fw_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute
 /* Returns FW_SEGMENT_SIZE-aligned memory of chunks * FW_SEGMENT_SIZE bytes;
  * *is_zero tells whether it is known to be untouched. */
 FW_HIDDEN void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero);
-FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks);
+FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool purge_now);
 FW_HIDDEN void fw_arena_purge(uint64_t now, bool force);
 FW_HIDDEN bool fw_arena_contains(const void *p);
 FW_HIDDEN size_t fw_arena_release_unused(void);
-FW_HIDDEN void fw_arena_mark_abandoned(fw_arena_t *arena, uint32_t chunk);
+FW_HIDDEN void fw_arena_mark_abandoned(fw_arena_t *arena, uint32_t chunk, uint64_t purge_due);
 FW_HIDDEN bool fw_arena_reclaim(fw_arena_t *arena, uint32_t chunk); /* true: caller owns it now */
 FW_HIDDEN void *fw_arena_reclaim_any(void);                          /* an abandoned segment, now the caller's */
 FW_HIDDEN void fw_arena_fork_prepare(void);
@@ -283,6 +284,7 @@ FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
 FW_HIDDEN void fw_segments_abandon(fw_tld_t *tld);
 FW_HIDDEN bool fw_segment_reclaim_one(fw_heap_t *heap);
 FW_HIDDEN bool fw_segment_reclaim_on_free(fw_segment_t *seg);
+FW_HIDDEN void fw_segment_purge_abandoned(void *seg); /* caller holds its abandoned bit */
 FW_HIDDEN void fw_segment_fork_prepare(void);
 FW_HIDDEN void fw_segment_fork_parent(void);
 FW_HIDDEN void fw_segment_fork_child(void);

@@ -158,10 +158,14 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);
   fw_stat_add(segments, 1);
+  if (kind != FW_KIND_LARGE) tld->segments_empty++;  /* until its first page */
   return seg;
 }
 
-static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) {
+/* purge_now: an empty segment beyond the thread's cache (FREEWAY_SEGMENT_CACHE)
+ * gives its memory back at once instead of waiting in the arena for a purge
+ * pass that a thread gone quiet would never run */
+static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now) {
   fw_tld_unlink(tld, seg);
   /* the arena counts a released chunk as committed until it purges it */
   if (!seg->direct) fw_stat_add(committed, (size_t)__builtin_popcountll(seg->purged_mask) * fw_slot_bytes(seg));
@@ -174,9 +178,11 @@ static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) {
     fw_stat_sub(huge, 1);
     fw_os_unmap(seg, seg->size);
   } else {
-    fw_arena_free(seg->arena, seg->chunk, seg->chunks);
+    fw_arena_free(seg->arena, seg->chunk, seg->chunks, purge_now);
   }
 }
+
+static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) { fw_segment_free_ex(tld, seg, false); }
 
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   fw_page_t *pg = &seg->pages[slot * seg->page_slices];
@@ -249,7 +255,7 @@ static fw_page_t *fw_segment_span_alloc(fw_heap_t *heap, size_t n) {
   }
   uint64_t bits = (((uint64_t)1 << n) - 1) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);
-  seg->pages_used++;
+  if (seg->pages_used++ == 0) tld->segments_empty--;
   fw_page_t *pg = &seg->pages[start];
   memset(pg, 0, sizeof *pg);
   pg->kind = FW_KIND_LARGE;
@@ -294,7 +300,7 @@ fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
   uint64_t warm = seg->free_mask & seg->dirty_mask;
   size_t slot = (size_t)__builtin_ctzll(warm ? warm : seg->free_mask);
   bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
-  seg->pages_used++;
+  if (seg->pages_used++ == 0) tld->segments_empty--;
   fw_page_slot_setup(seg, slot, is_zero);
   return &seg->pages[slot * seg->page_slices];
 }
@@ -388,9 +394,13 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   /* An empty segment stays with the thread until the purge pass after its
    * delay (fw_segments_purge), so that memory freed and allocated again in
    * waves is not set up anew each time. */
-  if (seg->pages_used == 0 && fw_opt(PURGE_DELAY) == 0) {
-    fw_segment_free(tld, seg);
-    return;
+  if (seg->pages_used == 0) {
+    long delay = fw_opt(PURGE_DELAY);
+    if (delay == 0 || (delay > 0 && tld->segments_empty >= (size_t)fw_opt(SEGMENT_CACHE))) {
+      fw_segment_free_ex(tld, seg, true);
+      return;
+    }
+    tld->segments_empty++;
   }
   fw_segment_release_slots(tld, seg, bits);
 }
@@ -414,6 +424,7 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
     if (seg->pages_used == 0 && (force || seg->purge_due <= now)) {
+      tld->segments_empty--;
       fw_segment_free(tld, seg);  /* kept empty for a delay: now it goes */
       continue;
     }
@@ -449,11 +460,15 @@ void fw_segments_abandon(fw_tld_t *tld) {
   while (seg) {
     fw_segment_t *next = seg->next;
     if (seg->pages_used == 0) {
+      tld->segments_empty--;
       fw_segment_free(tld, seg);
     } else {
       fw_tld_unlink(tld, seg);
-      /* nobody will purge for it while it waits: do it now */
-      if (fw_opt(PURGE_DELAY) >= 0) fw_segment_purge_free(seg);
+      /* its free pages stay warm for an adopter; the process-wide purge
+       * pass (arena.c) purges them if nobody comes before the deadline */
+      uint64_t due = 0;
+      if ((seg->dirty_mask & seg->free_mask) && fw_opt(PURGE_DELAY) > 0)
+        due = seg->purge_due ? seg->purge_due : fw_os_clock_ms() + (uint64_t)fw_opt(PURGE_DELAY);
       for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
         fw_page_t *pg = &seg->pages[i];
         if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
@@ -465,13 +480,14 @@ void fw_segments_abandon(fw_tld_t *tld) {
       atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
       fw_stat_add(abandoned, 1);
       if (seg->direct) {
+        if (due) fw_segment_purge_free(seg);  /* the pass does not see these */
         pthread_mutex_lock(&fw_abandoned_lock);
         seg->anext = fw_abandoned_direct;
         fw_abandoned_direct = seg;
         pthread_mutex_unlock(&fw_abandoned_lock);
         atomic_fetch_add_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
       } else {
-        fw_arena_mark_abandoned(seg->arena, seg->chunk);
+        fw_arena_mark_abandoned(seg->arena, seg->chunk, due);
       }
     }
     seg = next;
@@ -487,6 +503,10 @@ static void fw_segment_adopt(fw_heap_t *heap, fw_segment_t *seg) {
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);
   if (seg->free_mask) fw_tld_link_free(tld, seg);
+  if ((seg->dirty_mask & seg->free_mask) && fw_opt(PURGE_DELAY) > 0) {
+    if (!seg->purge_due) seg->purge_due = fw_os_clock_ms() + (uint64_t)fw_opt(PURGE_DELAY);
+    if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
+  }
   for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
     fw_page_t *pg = &seg->pages[i];
     if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
@@ -525,6 +545,8 @@ bool fw_segment_reclaim_on_free(fw_segment_t *seg) {
   fw_segment_adopt(heap->tld->heap_default, seg);
   return true;
 }
+
+void fw_segment_purge_abandoned(void *p) { fw_segment_purge_free((fw_segment_t *)p); }
 
 void fw_segment_fork_prepare(void) { pthread_mutex_lock(&fw_abandoned_lock); }
 void fw_segment_fork_parent(void) { pthread_mutex_unlock(&fw_abandoned_lock); }

@@ -3,7 +3,10 @@
  *   collect:       with fw_collect(true);
  *   purge_delay0:  without it, run with FREEWAY_PURGE_DELAY=0, after a few
  *                  more malloc/free calls;
- *   thread:        blocks of a thread that has exited, freed by main. */
+ *   thread:        blocks of a thread that has exited, freed by main;
+ *   quiet:         with a purge delay far longer than the test and no more
+ *                  calls after the frees: the cap on empty segments a thread
+ *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back. */
 #include "fwtest.h"
 
 #include <pthread.h>
@@ -120,6 +123,24 @@ static void t_purge_delay0(void) {
          r2 / MiB, r0 / MiB, r1 / MiB, calls);
 }
 
+static void t_quiet(void) {
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
+  long cache = X.option_get("segment_cache");
+  CHECKF(cache >= 0 && cache <= 4, "segment_cache is %ld: run this section with FREEWAY_SEGMENT_CACHE=2", cache);
+  size_t r0 = fwt_rss();
+  burst_set b;
+  make_burst(&b, 7);
+  size_t r1 = fwt_rss();
+  free_burst(&b, 8);
+  size_t r2 = fwt_rss();
+  report("quiet", r0, r1, r2);
+  CHECKF(dropped(r0, r1, r2),
+         "with a 60 s purge delay RSS stayed at %zu MiB (%zu before the burst, %zu with it) right after "
+         "the frees: empty segments beyond segment_cache=%ld were kept",
+         r2 / MiB, r0 / MiB, r1 / MiB, cache);
+}
+
 static burst_set thread_set;
 static void *burst_thread(void *arg) {
   (void)arg;
@@ -188,6 +209,7 @@ static const fwt_section sections[] = {
   {"thread", t_thread},
   {"calloc_fresh", t_calloc_fresh},
   {"_purge_delay0", t_purge_delay0},
+  {"_quiet", t_quiet},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
