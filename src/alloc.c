@@ -40,7 +40,10 @@
  *      adopt an abandoned segment, or map a new one.
  *   c. large blocks up to 2 MiB take a span of slices in a shared segment,
  *      bigger ones (or alignments over 64 KiB) a segment each; 2 MiB is the
- *      largest alignment.
+ *      largest alignment. A span freed by its thread first waits in the
+ *      heap's large-block cache (heap.c, FREEWAY_LARGE_CACHE MiB) for a
+ *      request of the same slice count, which gets it back with the pages
+ *      it touched still in place.
  *
  * FREE
  *   a. same thread (segment->thread_id equals the thread pointer) and a
@@ -55,7 +58,12 @@
  *   c. a page whose last block is freed returns to its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged
- *      (MADV_DONTNEED), so RSS falls after a burst.
+ *      (MADV_DONTNEED), so RSS falls after a burst. A thread keeps at most
+ *      FREEWAY_SEGMENT_CACHE empty segments; one emptied beyond that is
+ *      purged at once, since a thread that goes quiet after a burst runs no
+ *      slow path to purge it later. Segments abandoned by exited threads keep
+ *      their free pages warm for an adopter until their deadline, when the
+ *      process-wide pass in arena.c purges them.
  *
  * THREADS
  *   A thread's first malloc builds its data (init.c) from type-stable
@@ -88,7 +96,15 @@ void *fw_enomem(void) {
 
 
 static void *fw_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
-  fw_page_t *page = fw_segment_large_alloc(heap, size, align);
+  fw_page_t *page = NULL;
+  if (heap->lcache_bytes && align <= FW_SLICE_SIZE)
+    page = fw_heap_lcache_get(heap, (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE);
+  if (page) {
+    page->requested = size;
+    page->is_zero = 0;
+  } else {
+    page = fw_segment_large_alloc(heap, size, align);
+  }
   if (!page) {
     fw_heap_housekeeping(heap, true);
     page = fw_segment_large_alloc(heap, size, align);
@@ -248,7 +264,7 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
     fw_page_t *page = fw_ptr_page(p);
     if (page->kind == FW_KIND_LARGE && p == page->area &&
         atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
-        fw_segment_span_grow(page, size))
+        (fw_segment_span_grow(page, size) || (fw_heap_lcache_clear_after(page, size) && fw_segment_span_grow(page, size))))
       return p;
   }
   /* A block that grows by less than double is likely to grow again (a

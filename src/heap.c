@@ -70,6 +70,7 @@ void fw_heap_collect_delayed(fw_heap_t *heap) {
 void fw_heap_housekeeping(fw_heap_t *heap, bool force) {
   uint64_t now = fw_os_clock_ms();
   fw_tld_t *tld = heap->tld;
+  if (heap->lcache_bytes && (force || heap->lcache_due <= now)) fw_heap_lcache_flush(heap, force);
   if (force || (tld->purge_due && tld->purge_due <= now)) fw_segments_purge(tld, now, force);
   fw_arena_purge(now, force);
 }
@@ -102,10 +103,99 @@ void fw_heap_retire_idle(fw_heap_t *heap) {
   }
 }
 
+/* ---- the large-block cache -------------------------------------------------
+ * A large block in a span segment freed by its heap's thread keeps its page
+ * for a while, filed by slice count; the next request of the same slice
+ * count takes it whole. Placing it anew would put its first and last bytes
+ * (often the only pages a big buffer touches at once) on pages never touched
+ * before: a page fault each, and RSS creeping up to the span's full size.
+ * Pages not reused for one to two purge delays go back to their segment
+ * (the idle byte marks those already seen by the previous look). */
+bool fw_heap_lcache_put(fw_heap_t *heap, fw_page_t *page) {
+  size_t n = page->slices, bytes = n * FW_SLICE_SIZE;
+  long delay = fw_opt(PURGE_DELAY);
+  if (n > FW_SPAN_MAX_SLICES || delay == 0 || (page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED)) ||
+      fw_page_segment(page)->kind != FW_KIND_SPAN ||
+      heap->lcache_bytes + bytes > ((size_t)fw_opt(LARGE_CACHE) << 20))
+    return false;
+  page->idle = 0;
+  page->used = 0;
+  page->prev = NULL;
+  page->next = heap->lcache[n];
+  heap->lcache[n] = page;
+  if (!heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
+  heap->lcache_bytes += bytes;
+  return true;
+}
+
+fw_page_t *fw_heap_lcache_get(fw_heap_t *heap, size_t slices) {
+  if (slices > FW_SPAN_MAX_SLICES) return NULL;
+  fw_page_t *page = heap->lcache[slices];
+  if (!page) return NULL;
+  heap->lcache[slices] = page->next;
+  heap->lcache_bytes -= slices * FW_SLICE_SIZE;
+  page->next = NULL;
+  return page;
+}
+
+/* all: every cached page; else those already marked by the previous look */
+void fw_heap_lcache_flush(fw_heap_t *heap, bool all) {
+  for (size_t n = 1; n <= FW_SPAN_MAX_SLICES && heap->lcache_bytes; n++) {
+    fw_page_t **link = &heap->lcache[n];
+    while (*link) {
+      fw_page_t *page = *link;
+      if (!all && !page->idle) {
+        page->idle = 1;
+        link = &page->next;
+        continue;
+      }
+      *link = page->next;
+      page->next = NULL;
+      heap->lcache_bytes -= n * FW_SLICE_SIZE;
+      fw_segment_page_free(heap->tld, page);
+    }
+  }
+  long delay = fw_opt(PURGE_DELAY);
+  if (heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
+}
+
+/* A large block that would grow in place into slices held by cached pages:
+ * those give way (they were only waiting for reuse). True if the slices up
+ * to size are free now. */
+bool fw_heap_lcache_clear_after(fw_page_t *page, size_t size) {
+  fw_segment_t *seg = fw_page_segment(page);
+  size_t start = (size_t)(page - seg->pages);
+  size_t want = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
+  if (seg->kind != FW_KIND_SPAN || want > FW_SPAN_MAX_SLICES || start + want > FW_SLICES) return false;
+  /* look first, so that nothing is given back for a growth that fails anyway */
+  for (size_t k = start + page->slices; k < start + want;) {
+    fw_page_t *pg = &seg->pages[k];
+    if (pg->flags & FW_PF_UNUSED) { k++; continue; }
+    if ((pg->flags & FW_PF_REDIRECT) || pg->kind != FW_KIND_LARGE || pg->used != 0) return false;
+    k += pg->slices;
+  }
+  for (size_t k = start + page->slices; k < start + want;) {
+    fw_page_t *pg = &seg->pages[k];
+    if (pg->flags & FW_PF_UNUSED) { k++; continue; }
+    size_t n = pg->slices;
+    fw_heap_t *heap = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+    fw_page_t **link = &heap->lcache[n];
+    while (*link && *link != pg) link = &(*link)->next;
+    if (!*link) return false;  /* not a cached page after all */
+    *link = pg->next;
+    pg->next = NULL;
+    heap->lcache_bytes -= n * FW_SLICE_SIZE;
+    fw_segment_page_free(heap->tld, pg);
+    k += n;
+  }
+  return true;
+}
+
 /* Empties a heap. Pages with live blocks go to target (fw_heap_delete), or
  * are detached for their segments to be abandoned (target NULL, thread
  * exit), or are dropped with their blocks (destroy). */
 static void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
+  fw_heap_lcache_flush(heap, true);
   /* 1. stop routing remote frees here */
   for (fw_page_t *pg = heap->full.first; pg; pg = pg->next)
     atomic_fetch_and_explicit(&pg->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
@@ -221,6 +311,7 @@ size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
 void fw_heap_collect(fw_heap_t *heap, bool force) {
   if (!heap || heap == &fw_heap_empty) return;
   fw_heap_collect_delayed(heap);
+  fw_heap_lcache_flush(heap, true);
   for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
     fw_page_queue_t *q = &heap->queues[c];
     fw_page_t *pg = q->first;

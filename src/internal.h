@@ -156,6 +156,9 @@ struct fw_heap_s {
   size_t peak_bytes;               /* sampled on the slow path */
   uint64_t slow_count;
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
+  fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
+  size_t lcache_bytes;
+  uint64_t lcache_due;             /* ms: next look for cached pages not reused */
   bool is_default;
 };
 
@@ -315,6 +318,10 @@ FW_HIDDEN void fw_heap_collect_delayed(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_release_all(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_housekeeping(fw_heap_t *heap, bool force);
 FW_HIDDEN void fw_heap_retire_idle(fw_heap_t *heap);
+FW_HIDDEN bool fw_heap_lcache_put(fw_heap_t *heap, fw_page_t *page);
+FW_HIDDEN fw_page_t *fw_heap_lcache_get(fw_heap_t *heap, size_t slices);
+FW_HIDDEN void fw_heap_lcache_flush(fw_heap_t *heap, bool all);
+FW_HIDDEN bool fw_heap_lcache_clear_after(fw_page_t *page, size_t size);
 FW_HIDDEN void fw_heap_struct_free(fw_heap_t *heap);
 FW_HIDDEN void fw_heap_fork_prepare(void);
 FW_HIDDEN void fw_heap_fork_parent(void);

@@ -820,6 +820,20 @@ static void t_large(void) {
       A.free(ls.p[i]);
     }
   }
+  /* a large block freed and requested again in the same 64 KiB steps comes
+   * back from the heap's cache: through calloc it must still read as zero */
+  for (int i = 0; i < 4; i++) {
+    size_t n = 1024 * 1024 - (size_t)i * 8192;
+    char *a = A.malloc(n);
+    CHECK(a != NULL);
+    memset(a, 0xab, n);
+    A.free(a);
+    char *z = A.calloc(1, n - 100);
+    CHECK(z != NULL);
+    for (size_t k = 0; k < n - 100; k++)
+      if (z[k] != 0) CHECKF(0, "calloc(%zu) after a free of %zu bytes: byte %zu is %d", n - 100, n, k, z[k]);
+    A.free(z);
+  }
   /* realloc growth keeps the contents, in place or not */
   char *p = A.malloc(200 * 1024);
   CHECK(p != NULL);

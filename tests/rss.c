@@ -4,12 +4,16 @@
  *   purge_delay0:  without it, run with FREEWAY_PURGE_DELAY=0, after a few
  *                  more malloc/free calls;
  *   thread:        blocks of a thread that has exited, freed by main;
+ *   large_reuse:   large blocks freed and allocated again in a window of
+ *                  live ones land where pages were touched before (the
+ *                  large-block cache), so page faults stay few;
  *   quiet:         with a purge delay far longer than the test and no more
  *                  calls after the frees: the cap on empty segments a thread
  *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back. */
 #include "fwtest.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
@@ -141,6 +145,63 @@ static void t_quiet(void) {
          r2 / MiB, r0 / MiB, r1 / MiB, cache);
 }
 
+static long minor_faults(void) {
+  struct rusage ru;
+  CHECK(getrusage(RUSAGE_SELF, &ru) == 0);
+  return ru.ru_minflt;
+}
+
+/* One thread's window of live large blocks, replaced at random. */
+enum { LR_THREADS = 6, LR_K = 32, LR_OPS = 4000 };
+static void *large_reuse_thread(void *arg) {
+  char *v[LR_K] = {0};
+  fwt_rng r;
+  fwt_rng_init(&r, 11 + (uint64_t)(uintptr_t)arg);
+  for (int i = 0; i < LR_OPS; i++) {
+    size_t j = (size_t)(fwt_next(&r) % LR_K);
+    if (v[j]) {
+      CHECKF(v[j][0] == (char)j, "block %p lost its first byte", (void *)v[j]);
+      A.free(v[j]);
+    }
+    size_t n = fwt_range(&r, 64 * 1024, 512 * 1024);
+    v[j] = A.malloc(n);
+    CHECK(v[j] != NULL);
+    v[j][0] = (char)j;
+    v[j][n - 1] = (char)j;
+  }
+  for (int j = 0; j < LR_K; j++) A.free(v[j]);
+  return NULL;
+}
+
+static long large_reuse_faults(void) {
+  long f0 = minor_faults();
+  pthread_t t[LR_THREADS];
+  for (int i = 0; i < LR_THREADS; i++) CHECK(pthread_create(&t[i], NULL, large_reuse_thread, (void *)(uintptr_t)i) == 0);
+  for (int i = 0; i < LR_THREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  return minor_faults() - f0;
+}
+
+static void t_large_reuse(void) {
+  /* More threads than cores, so each waits for the CPU longer than the
+   * purge delay now and then, as threads of a busy server do. Placed anew
+   * each time, a block's first and last bytes land on pages purged since
+   * they were last used; reused from the cache, the pages are there. The
+   * same run with the cache off is the yardstick. */
+  long cache = X.option_get("large_cache");
+  CHECKF(cache >= 8, "large_cache is %ld: run this section with its default", cache);
+  X.collect(true);
+  long with = large_reuse_faults();
+  CHECK(X.option_set("large_cache", 0) == 0);
+  X.collect(true);
+  long without = large_reuse_faults();
+  CHECK(X.option_set("large_cache", cache) == 0);
+  fwt_log("large_reuse: %d threads x %d replacements in windows of %d live 64-512 KiB blocks: %ld minor faults "
+          "with the large-block cache, %ld without",
+          LR_THREADS, LR_OPS, LR_K, with, without);
+  CHECKF(with * 4 < without * 3, "the large-block cache saved too few page faults: %ld with it, %ld without", with,
+         without);
+}
+
 static burst_set thread_set;
 static void *burst_thread(void *arg) {
   (void)arg;
@@ -210,6 +271,7 @@ static const fwt_section sections[] = {
   {"calloc_fresh", t_calloc_fresh},
   {"_purge_delay0", t_purge_delay0},
   {"_quiet", t_quiet},
+  {"large_reuse", t_large_reuse},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
