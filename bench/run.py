@@ -294,6 +294,10 @@ class Experiment:
     quick_scale = 0.05
     trimmed_mean = False
 
+    def notes(self, summary, labels, alloc_names):
+        """Extra Markdown lines after the experiment's tables."""
+        return []
+
     def cases(self, binpath, scale, full):
         raise NotImplementedError
 
@@ -441,10 +445,20 @@ class Scaled(Experiment):
     what = ("Each thread does W x min(T, cores) / T operations (free a random block of a 256-block "
             "window, allocate 8-512 B), so a contention-free allocator takes the same time at every "
             "thread count; time above the 1-thread time is contention.")
-    quick_scale = 0.25
+    quick_scale = 0.5
+    min_reps = 7                # a 2-core machine's noise moves single runs by 30%
 
     def cases(self, binpath, scale, full):
         return self.sweep(binpath, (1, 2, 4, 8, 16), "{t}T", "--work", scaled(10000000, scale))
+
+    def notes(self, summary, labels, alloc_names):
+        # With the total work fixed, throughput at T threads is 1/time(T).
+        rows = []
+        for a in alloc_names:
+            t2, t16 = med(summary, "2T", a, self.metric), med(summary, "16T", a, self.metric)
+            rows.append([a, "-" if not (t2 and t16) else "%.2f" % (t2 / t16)])
+        return ["Throughput kept at 16 threads, relative to 2 threads (time at 2T / time at 16T of the "
+                "medians; 1.00 = no loss, higher is better):", "", md_table(["allocator", "16T / 2T"], rows), ""]
 
 
 class Strings(Experiment):
@@ -1015,6 +1029,7 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     if snote:
         lines.append("Seed context: " + snote)
         lines.append("")
+    lines += exp.notes(summary, labels, alloc_names)
     if plot_file:
         lines.append("![%s](%s)" % (exp.name, os.path.join(plots_dir_rel, plot_file)))
         lines.append("")
