@@ -181,6 +181,23 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   return true;
 }
 
+/* The head page of a class queue keeps its page even with no live block
+ * (see fw_heap_retire_idle). Before a new page is set up, one such empty
+ * head of the same kind gives its slot back, so that blocks moving from
+ * class to class (a buffer grown by realloc, a string that keeps growing)
+ * reuse memory already touched instead of spreading over fresh pages. */
+static void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
+  for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
+    fw_page_t *pg = heap->queues[c].first;
+    if (!pg || c == cls || pg->kind != kind || pg->used != 1 ||
+        (atomic_load_explicit(&pg->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED))
+      continue;
+    fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */
+    fw_segment_page_free(heap->tld, pg);
+    return;
+  }
+}
+
 fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
   fw_page_queue_t *q = &heap->queues[cls];
   fw_page_t *page = q->first;
@@ -209,7 +226,9 @@ fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
     page = next;
   }
   size_t bs = fw_class_size[cls];
-  page = fw_segment_page_alloc(heap, bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM);
+  int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
+  fw_page_retire_empty_head(heap, kind, cls);
+  page = fw_segment_page_alloc(heap, kind);
   if (!page) return NULL;
   fw_page_init(page, heap, cls, bs);
   fw_page_extend(page);

@@ -669,13 +669,16 @@ static void t_misuse(void) {
  * calls on the heap give them back. */
 static void t_idle(void) {
   fw_heap_t *h = X.heap_new();
+  /* all live at once (a class that needs a page takes it from an empty
+   * head of another class, so one at a time would leave a single page) */
+  char *blocks[16];
   for (size_t k = 0; k < 16; k++) {
     size_t n = 9000 + k * 6000;
-    char *p = X.heap_malloc(h, n);
-    CHECK(p != NULL);
-    memset(p, 1, n);
-    X.free(p);
+    blocks[k] = X.heap_malloc(h, n);
+    CHECK(blocks[k] != NULL);
+    memset(blocks[k], 1, n);
   }
+  for (size_t k = 0; k < 16; k++) X.free(blocks[k]);
   fw_heap_stats_t s;
   heap_stats(h, &s);
   size_t before = s.pages;

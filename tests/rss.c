@@ -7,6 +7,9 @@
  *   large_reuse:   large blocks freed and allocated again in a window of
  *                  live ones land where pages were touched before (the
  *                  large-block cache), so page faults stay few;
+ *   realloc_grow:  buffers grown through every size class by realloc reuse
+ *                  the pages the classes below left empty, so the memory
+ *                  touched stays near the final size;
  *   quiet:         with a purge delay far longer than the test and no more
  *                  calls after the frees: the cap on empty segments a thread
  *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back. */
@@ -202,6 +205,40 @@ static void t_large_reuse(void) {
          without);
 }
 
+static void t_realloc_grow(void) {
+  enum { B = 64, FINAL = 64 * 1024 };
+  char *buf[B] = {0};
+  size_t len[B] = {0};
+  fwt_rng r;
+  fwt_rng_init(&r, 21);
+  long f0 = minor_faults();
+  for (size_t done = 0; done < B;) {
+    done = 0;
+    for (size_t i = 0; i < B; i++) {
+      if (len[i] >= FINAL) {
+        done++;
+        continue;
+      }
+      size_t n = len[i] + fwt_range(&r, 1, 64);
+      if (n > FINAL) n = FINAL;
+      char *q = A.realloc(buf[i], n);
+      CHECK(q != NULL);
+      if (len[i]) CHECKF(q[len[i] - 1] == (char)(len[i] - 1), "realloc to %zu lost byte %zu", n, len[i] - 1);
+      for (size_t k = len[i]; k < n; k++) q[k] = (char)k;
+      buf[i] = q;
+      len[i] = n;
+    }
+  }
+  long faults = minor_faults() - f0;
+  long final_pages = (long)B * FINAL / 4096;
+  fwt_log("realloc_grow: %d buffers grown to %d KiB by 1-64 B steps: %ld minor faults (%ld pages at the end)", B,
+          FINAL / 1024, faults, final_pages);
+  /* every byte is written once: the final buffers take final_pages faults;
+   * the classes below must add at most as much again */
+  CHECKF(faults < 2 * final_pages + 256, "%ld page faults for buffers that end at %ld pages", faults, final_pages);
+  for (size_t i = 0; i < B; i++) A.free(buf[i]);
+}
+
 static burst_set thread_set;
 static void *burst_thread(void *arg) {
   (void)arg;
@@ -272,6 +309,7 @@ static const fwt_section sections[] = {
   {"_purge_delay0", t_purge_delay0},
   {"_quiet", t_quiet},
   {"large_reuse", t_large_reuse},
+  {"realloc_grow", t_realloc_grow},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
