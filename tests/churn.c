@@ -101,12 +101,16 @@ static void t_churn(void) {
   CHECKF(m2.s.threads <= s0.threads + 1, "%zu threads still counted with a heap after all were joined (%zu before)",
          m2.s.threads, s0.threads);
   /* Bounded: the last nine tenths of the threads may not add more than a
-   * quarter plus a fixed 32 MiB (or 8 segments). */
+   * quarter plus a fixed 32 MiB. Segments get more slack (32): the blocks
+   * waiting in the handoff table sit in more or fewer abandoned segments
+   * depending on which threads exited when, which under a sanitizer and a
+   * loaded machine moved the count between 16 and 117 at the first mark.
+   * A leak per thread would still show as growth with nine times as many. */
   size_t slack = (size_t)32 << 20;
   CHECKF(m2.s.bytes_committed <= m1.s.bytes_committed + m1.s.bytes_committed / 4 + slack,
          "committed memory grows with the number of threads: %zu MiB after %zu, %zu MiB after %zu",
          m1.s.bytes_committed >> 20, m1.threads, m2.s.bytes_committed >> 20, m2.threads);
-  CHECKF(m2.s.segments <= m1.s.segments + m1.s.segments / 4 + 8,
+  CHECKF(m2.s.segments <= m1.s.segments + m1.s.segments / 4 + 32,
          "segments grow with the number of threads: %zu after %zu, %zu after %zu", m1.s.segments,
          m1.threads, m2.s.segments, m2.threads);
   CHECKF(m2.s.bytes_reserved <= m1.s.bytes_reserved + m1.s.bytes_reserved / 4 + 4 * slack,
