@@ -81,14 +81,15 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
 }
 
-/* Carves more never-used blocks into the free list, a few pages' worth at a
- * time so that a fresh page is not touched all at once: the link word of
- * each carved block faults its first page in, so blocks of 16 KiB and more
- * are carved one at a time (their mallocs take the slow path anyway). */
+/* Carves more never-used blocks into the free list, one OS page's worth at
+ * a time, so that a thread that uses a size class for a few blocks touches
+ * one page of it, not the whole page of the class: the link word of each
+ * carved block faults its first page in. Blocks of 4 KiB and more are carved
+ * one at a time (their mallocs take the slow path anyway). */
 static void fw_page_extend(fw_page_t *page) {
   size_t bs = page->block_size;
   size_t n = page->reserved - page->capacity;
-  size_t max = 16384 / bs;
+  size_t max = 4096 / bs;
   if (max < 1) max = 1;
   if (n > max) n = max;
   uint8_t *start = page->area + (size_t)page->capacity * bs;
