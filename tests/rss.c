@@ -71,6 +71,16 @@ static void report(const char *what, size_t r0, size_t r1, size_t r2) {
 /* Returned "most of it": at least three quarters of the rise. */
 static bool dropped(size_t r0, size_t r1, size_t r2) { return r2 <= r0 + (r1 - r0) / 4; }
 
+/* RSS before a burst, with it, and right after it is freed. */
+static void burst_rss(uint64_t seed, size_t *r0, size_t *r1, size_t *r2) {
+  burst_set b;
+  *r0 = fwt_rss();
+  make_burst(&b, seed);
+  *r1 = fwt_rss();
+  free_burst(&b, seed + 1);
+  *r2 = fwt_rss();
+}
+
 static void t_collect(void) {
   X.collect(true);
   size_t r0 = fwt_rss();
@@ -108,12 +118,8 @@ static void t_purge_delay0(void) {
   const char *e = getenv("FREEWAY_PURGE_DELAY");
   CHECKF(e != NULL && strcmp(e, "0") == 0, "run this section with FREEWAY_PURGE_DELAY=0");
   CHECKF(pd == 0, "FREEWAY_PURGE_DELAY=0 in the environment, but purge_delay is %ld", pd);
-  size_t r0 = fwt_rss();
-  burst_set b;
-  make_burst(&b, 3);
-  size_t r1 = fwt_rss();
-  free_burst(&b, 4);
-  size_t r2 = fwt_rss();
+  size_t r0, r1, r2;
+  burst_rss(3, &r0, &r1, &r2);
   int calls = 0;
   /* "A few more calls": up to 100,000 pairs, checked as they go. */
   while (!dropped(r0, r1, r2) && calls < 100000) {
@@ -135,12 +141,8 @@ static void t_quiet(void) {
   CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
   long cache = X.option_get("segment_cache");
   CHECKF(cache >= 0 && cache <= 4, "segment_cache is %ld: run this section with FREEWAY_SEGMENT_CACHE=2", cache);
-  size_t r0 = fwt_rss();
-  burst_set b;
-  make_burst(&b, 7);
-  size_t r1 = fwt_rss();
-  free_burst(&b, 8);
-  size_t r2 = fwt_rss();
+  size_t r0, r1, r2;
+  burst_rss(7, &r0, &r1, &r2);
   report("quiet", r0, r1, r2);
   CHECKF(dropped(r0, r1, r2),
          "with a 60 s purge delay RSS stayed at %zu MiB (%zu before the burst, %zu with it) right after "
