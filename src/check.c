@@ -1,4 +1,4 @@
-/* check.c — cautious mode (FREEWAY_CAUTIOUS=1) and leak search.
+/* check.c — cautious mode (FREEWAY_CAUTIOUS=1).
  *
  * In cautious mode every block carries a trailer: the bytes between the end
  * of the request and the last four bytes of the block are filled with a
@@ -7,7 +7,10 @@
  * pointer is one freeway handed out, that the block is not free already and
  * that nothing wrote past the request, and reports what it found with the
  * address and size before aborting. See alloc.c for the whole design. */
-#include "fast.h"
+#include "check.h"
+#include "page.h"
+#include "message.h"
+#include "os.h"
 #include <string.h>
 
 #define FW_CANARY 0xFD
@@ -28,24 +31,7 @@ void fw_check_init(void) {
   }
 }
 
-bool fw_check_pointer(const void *p) {
-  if (!p || ((uintptr_t)p & 7)) return false;
-  fw_segment_t *seg = fw_ptr_segment(p);
-  if (!fw_arena_contains(p) && !fw_os_is_mapped(seg)) return false;
-  if (seg->cookie != fw_segment_cookie(seg)) return false;
-  fw_page_t *pg = fw_ptr_slice(seg, p);
-  if (pg->flags & FW_PF_REDIRECT) {
-    if (pg->slice_offset > (size_t)(pg - seg->pages)) return false;
-    pg -= pg->slice_offset;
-  }
-  if (pg->flags & FW_PF_UNUSED) return false;
-  const uint8_t *b = p;
-  if (b < pg->area) return false;
-  size_t off = (size_t)(b - pg->area);
-  if (pg->kind == FW_KIND_LARGE) return off < pg->block_size;
-  if (off >= (size_t)pg->capacity * pg->block_size) return false;
-  return (pg->flags & FW_PF_ALIGNED) || off % pg->block_size == 0;
-}
+bool fw_check_pointer(const void *p) { return fw_page_of_pointer(p) != NULL; }
 
 static uint8_t *fw_block_end(const fw_page_t *pg, const void *b) {
   return (uint8_t *)b + pg->block_size;
@@ -67,25 +53,17 @@ static size_t fw_trailer_user_end(const fw_page_t *pg, const uint8_t *b) {
   return user_end;
 }
 
-void *fw_check_malloc(fw_heap_t *heap, size_t size, size_t align) {
-  if (heap->thread_id != fw_thread_id())
-    fw_check_fail("allocation from a heap owned by another thread", heap, size);
-  if (size > PTRDIFF_MAX - 64) return fw_enomem();
-  size_t padded = size + 8;
-  uint8_t *user = align ? fw_malloc_aligned_plain(heap, padded, align) : fw_malloc_plain(heap, padded);
-  if (!user) return NULL;
+void fw_check_after_malloc(void *user, size_t size) {
   fw_page_t *pg = fw_ptr_page(user);
   uint8_t *b = (uint8_t *)fw_page_block_start(pg, user);
   if (pg->block_size >= 16) ((uint64_t *)b)[1] = 0;
   fw_trailer_write(pg, b, user, size);
-  return user;
 }
 
-void *fw_check_resize(void *p, size_t size) {
+void fw_check_resize(void *p, size_t size) {
   fw_page_t *pg = fw_ptr_page(p);
   uint8_t *b = (uint8_t *)fw_page_block_start(pg, p);
   fw_trailer_write(pg, b, p, size);
-  return p;
 }
 
 size_t fw_check_usable(const void *p) {
@@ -116,25 +94,3 @@ void fw_check_free(fw_page_t *pg, const void *block) {
   if (pg->block_size >= 16) ((uint64_t *)b)[1] = tag;
 }
 
-/* ---- leak search ------------------------------------------------------ */
-typedef struct { size_t blocks, bytes, shown; } fw_leak_ctx_t;
-
-static bool fw_leak_visit(const void *block, size_t size, void *arg) {
-  fw_leak_ctx_t *ctx = arg;
-  ctx->blocks++;
-  ctx->bytes += size;
-  if (ctx->shown < 32) {
-    ctx->shown++;
-    fw_message("leak: block %p, %zu bytes\n", block, size);
-  }
-  return true;
-}
-
-void fw_leak_report(void) {
-  fw_heap_t *heap = fw_tls_heap;
-  if (heap == &fw_heap_empty) return;
-  fw_leak_ctx_t ctx = {0, 0, 0};
-  for (fw_heap_t *h = heap->tld->heaps; h; h = h->next) fw_heap_visit(h, fw_leak_visit, &ctx);
-  fw_message("leak report: %zu blocks (%zu bytes of block space) still live at exit in this thread's heaps\n",
-             ctx.blocks, ctx.bytes);
-}

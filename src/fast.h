@@ -1,10 +1,9 @@
 /* fast.h — the malloc and free fast paths, inlined into every entry point
- * (alloc.c, free.c, override.c) so that the common case never calls out of
- * its translation unit. Preconditions and design: see alloc.c.
+ * (api.c, override.c, new_delete.cpp's callees) so that the common case
+ * never calls out of its translation unit. Design: see alloc.c.
  *
  * malloc fast path: size <= FW_DIRECT_MAX, and the page heap->direct[size]
- * names has a free block (one slot per byte size: 8 KiB per heap buys two
- * instructions off every small malloc). New threads and cautious mode point direct[] at
+ * names has a free block. New threads and cautious mode point direct[] at
  * fw_page_empty, so they take the slow path without a test of their own.
  * free fast path: the block's slice descriptor carries this thread's id in
  * its tag, which fw_page_flags_set() keeps only while the page is owned by
@@ -12,48 +11,35 @@
  * multi-slice page, not cautious mode): one compare covers all of it. */
 #ifndef FW_FAST_H
 #define FW_FAST_H
-#include "internal.h"
+#include "front.h"
+#include "heap.h"
+#include "thread.h"
+#include "os.h"
 
-FW_INLINE void *fw_heap_malloc_fast(fw_heap_t *heap, size_t size) {
-  if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_page_t *page = heap->direct[size];
-    fw_block_t *b = page->free;
-    if (fw_likely(b != NULL)) {
-      page->free = b->next;
-      page->used++;
-      return b;
-    }
-  }
-  return fw_malloc_generic(heap, size);
-}
-
-/* The same, reading the TLS pointer only once the size is known to fit. */
+/* The TLS pointer is read only once the size is known to fit. */
 FW_INLINE void *fw_malloc_fast(size_t size) {
   if (fw_likely(size <= FW_DIRECT_MAX)) {
     fw_page_t *page = fw_tls_heap->direct[size];
-    fw_block_t *b = page->free;
-    if (fw_likely(b != NULL)) {
-      page->free = b->next;
-      page->used++;
-      return b;
-    }
+    if (fw_likely(page->free != NULL)) return fw_page_pop(page);
   }
   return fw_malloc_slow(size, fw_tls_heap);
 }
-
-FW_HIDDEN void fw_page_retire_empty(fw_page_t *page);
 
 FW_INLINE void fw_free_fast(void *p) {
   if (fw_unlikely(p == NULL)) return;
   fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
   if (fw_likely(__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id())) {
-    fw_block_t *b = (fw_block_t *)p;
-    b->next = page->free;
-    page->free = b;
-    if (fw_unlikely(--page->used == 0)) fw_page_retire_empty(page);
+    if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
     return;
   }
   fw_free_generic(p);
+}
+
+/* The thread's heap for an entry point that is not the fast path: NULL sends
+ * the call to fw_thread_alloc. */
+FW_INLINE fw_heap_t *fw_ready_heap(void) {
+  fw_heap_t *heap = fw_tls_heap;
+  return fw_likely(heap != &fw_heap_empty) ? heap : NULL;
 }
 
 #endif

@@ -12,7 +12,7 @@
 
 #include "freeway.h"
 
-// fw_malloc and fw_free under hidden names (alloc.c, free.c): called
+// fw_malloc and fw_free under hidden names (api.c): called
 // directly, and delete jumps straight into the free fast path.
 extern "C" {
 __attribute__((visibility("hidden"))) void *fw_malloc_direct(std::size_t size) noexcept;

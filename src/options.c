@@ -1,6 +1,9 @@
 /* options.c — the options table (options.def) turned into storage, parsing of
- * FREEWAY_* environment variables and access by name. */
-#include "internal.h"
+ * FREEWAY_* environment variables and access by name (the public
+ * fw_option_get/fw_option_set). */
+#include "options.h"
+#include "message.h"
+#include "os.h"
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -15,7 +18,7 @@ static const fw_option_desc_t fw_option_descs[FW_OPT_COUNT_] = {
 #undef FW_OPTION
 
 #define FW_OPTION(id, name, def, lo, hi, doc) def,
-long fw_options[FW_OPT_COUNT_] = {
+_Atomic(long) fw_options[FW_OPT_COUNT_] = {
 #include "options.def"
 };
 #undef FW_OPTION
@@ -44,11 +47,11 @@ void fw_options_init(void) {
   char var[64];
   for (int i = 0; i < FW_OPT_COUNT_; i++) {
     fw_snprintf(var, sizeof var, "FREEWAY_%s", fw_option_descs[i].id);
-    const char *s = getenv(var);
+    const char *s = fw_os_getenv(var);
     if (!s || !*s) continue;
     long v;
     if (fw_option_parse(s, &v))
-      fw_options[i] = fw_option_clamp(i, v);
+      atomic_store_explicit(&fw_options[i], fw_option_clamp(i, v), memory_order_relaxed);
     else
       fw_message("warning: ignoring %s=%s (not a number)\n", var, s);
   }
@@ -65,14 +68,14 @@ static int fw_option_find(const char *name) {
 long fw_option_get(const char *name) {
   int i = fw_option_find(name);
   if (i < 0) { errno = EINVAL; return -1; }
-  return fw_options[i];
+  return atomic_load_explicit(&fw_options[i], memory_order_relaxed);
 }
 
 int fw_option_set(const char *name, long value) {
   int i = fw_option_find(name);
   if (i < 0) { errno = EINVAL; return -1; }
   if (strncmp(fw_option_descs[i].doc, "live", 4) != 0) { errno = EPERM; return -1; }
-  fw_options[i] = fw_option_clamp(i, value);
+  atomic_store_explicit(&fw_options[i], fw_option_clamp(i, value), memory_order_relaxed);
   return 0;
 }
 
@@ -80,7 +83,8 @@ int fw_option_set(const char *name, long value) {
 void fw_options_print(int fd) {
   char line[256];
   for (int i = 0; i < FW_OPT_COUNT_; i++) {
-    int n = fw_snprintf(line, sizeof line, "option FREEWAY_%s=%ld\n", fw_option_descs[i].id, fw_options[i]);
+    int n = fw_snprintf(line, sizeof line, "option FREEWAY_%s=%ld\n", fw_option_descs[i].id,
+                         atomic_load_explicit(&fw_options[i], memory_order_relaxed));
     fw_os_write(fd, line, (size_t)n);
   }
 }

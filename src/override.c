@@ -20,7 +20,7 @@ FW_EXPORT void *aligned_alloc(size_t align, size_t size) { return fw_aligned_all
 FW_EXPORT void *memalign(size_t align, size_t size) { return fw_memalign(align, size); }
 FW_EXPORT void *valloc(size_t size) { return fw_valloc(size); }
 FW_EXPORT void *pvalloc(size_t size) { return fw_pvalloc(size); }
-FW_EXPORT size_t malloc_usable_size(void *p) { return fw_usable_size(p); }
+FW_EXPORT size_t malloc_usable_size(void *p) { return fw_malloc_usable_size(p); }
 FW_EXPORT void cfree(void *p) { fw_free_fast(p); }
 FW_EXPORT void free_sized(void *p, size_t size) { (void)size; fw_free_fast(p); }
 FW_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; fw_free_fast(p); }

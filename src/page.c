@@ -7,8 +7,13 @@
  * page goes from one block to none and back without leaving the fast path.
  * Pages with no free block move to the heap's full list and set the DELAYED
  * bit in xfree, so that a remote free into them is routed to the heap, which
- * then puts the page back in its queue. See alloc.c for the whole design. */
-#include "internal.h"
+ * then puts the page back in its queue. What to do with a page whose last
+ * block is freed is the heap layer's decision. See alloc.c for the design. */
+#include "page.h"
+#include "segment.h"
+#include "arena.h"
+#include "options.h"
+#include "os.h"
 #include <string.h>
 
 fw_page_t fw_page_empty;
@@ -42,7 +47,7 @@ static void fw_pq_head_moved(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *old
   if (q != &heap->full) fw_direct_set(heap, (size_t)(q - heap->queues), now ? now : &fw_page_empty);
 }
 
-static void fw_pq_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
+void fw_page_queue_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
   fw_page_t *old = q->first;
   page->prev = NULL;
   page->next = old;
@@ -68,6 +73,25 @@ void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) 
   if (q != &heap->full) fw_pq_head_moved(heap, q, old);
 }
 
+/* Carves more never-used blocks into the free list, one OS page's worth at
+ * a time, so that a thread that uses a size class for a few blocks touches
+ * one page of it, not the whole page of the class: the link word of each
+ * carved block faults its first page in. Blocks of 4 KiB and more are carved
+ * one at a time (their mallocs take the slow path anyway). */
+static void fw_page_extend(fw_page_t *page) {
+  size_t bs = page->block_size;
+  size_t n = page->reserved - page->capacity;
+  size_t max = fw_os_page_size() / bs;
+  if (max < 1) max = 1;
+  if (n > max) n = max;
+  uint8_t *start = page->area + (size_t)page->capacity * bs;
+  uint8_t *p = start;
+  for (size_t i = 1; i < n; i++, p += bs) ((fw_block_t *)p)->next = (fw_block_t *)(p + bs);
+  ((fw_block_t *)p)->next = page->free;
+  page->free = (fw_block_t *)start;
+  page->capacity += (uint32_t)n;
+}
+
 void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size) {
   size_t span = page->block_size;  /* set by the segment: bytes available */
   page->cls = (uint16_t)cls;
@@ -79,25 +103,7 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
-}
-
-/* Carves more never-used blocks into the free list, one OS page's worth at
- * a time, so that a thread that uses a size class for a few blocks touches
- * one page of it, not the whole page of the class: the link word of each
- * carved block faults its first page in. Blocks of 4 KiB and more are carved
- * one at a time (their mallocs take the slow path anyway). */
-static void fw_page_extend(fw_page_t *page) {
-  size_t bs = page->block_size;
-  size_t n = page->reserved - page->capacity;
-  size_t max = 4096 / bs;
-  if (max < 1) max = 1;
-  if (n > max) n = max;
-  uint8_t *start = page->area + (size_t)page->capacity * bs;
-  uint8_t *p = start;
-  for (size_t i = 1; i < n; i++, p += bs) ((fw_block_t *)p)->next = (fw_block_t *)(p + bs);
-  ((fw_block_t *)p)->next = page->free;
-  page->free = (fw_block_t *)start;
-  page->capacity += (uint32_t)n;
+  fw_page_extend(page);
 }
 
 void fw_page_collect(fw_page_t *page) {
@@ -149,21 +155,6 @@ void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
   fw_page_queue_push(heap, &heap->queues[page->cls], page);
 }
 
-/* The page has no live block left (and is not a queue head): give it back. */
-void fw_page_retire(fw_heap_t *heap, fw_page_t *page) {
-  if (page->flags & FW_PF_FULL) {
-    fw_page_queue_remove(heap, &heap->full, page);
-    fw_page_clear_delayed(page);
-  } else {
-    fw_page_queue_remove(heap, &heap->queues[page->cls], page);
-  }
-  fw_page_collect(page);
-  if (page->kind != FW_KIND_LARGE || !fw_heap_lcache_put(heap, page)) fw_segment_page_free(heap->tld, page);
-  /* Memory freed in a burst is purged while the burst is still being freed
-   * (once its delay is up), not only when the thread allocates again. */
-  fw_heap_housekeeping(heap, false);
-}
-
 /* Takes a page of an adopted segment into heap. Returns false if the page
  * had no live block and went back to its segment (which may be gone now). */
 bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
@@ -189,7 +180,7 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
  * head of the same kind gives its slot back, so that blocks moving from
  * class to class (a buffer grown by realloc, a string that keeps growing)
  * reuse memory already touched instead of spreading over fresh pages. */
-static void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
+void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
   for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
     fw_page_t *pg = heap->queues[c].first;
     if (!pg || c == cls || pg->kind != kind || pg->used != 1 ||
@@ -201,10 +192,11 @@ static void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
   }
 }
 
-fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
+fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   fw_page_queue_t *q = &heap->queues[cls];
   fw_page_t *page = q->first;
   while (page) {
+    FW_VALIDATE_PAGE(page);
     if (!page->free) {
       fw_page_collect(page);
       if (!page->free && page->capacity < page->reserved) fw_page_extend(page);
@@ -212,7 +204,7 @@ fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
     if (page->free) {
       if (page != q->first) {
         fw_page_queue_remove(heap, q, page);
-        fw_pq_push_front(heap, q, page);
+        fw_page_queue_push_front(heap, q, page);
       }
       return page;
     }
@@ -222,21 +214,53 @@ fw_page_t *fw_page_find(fw_heap_t *heap, size_t cls) {
     if (page->free) {  /* a remote free arrived in the meantime */
       if (q->first != page) {
         fw_page_queue_remove(heap, q, page);
-        fw_pq_push_front(heap, q, page);
+        fw_page_queue_push_front(heap, q, page);
       }
       return page;
     }
     page = next;
   }
-  size_t bs = fw_class_size[cls];
-  int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
-  fw_page_retire_empty_head(heap, kind, cls);
-  page = fw_segment_page_alloc(heap, kind);
-  if (!page) return NULL;
-  fw_page_init(page, heap, cls, bs);
-  fw_page_extend(page);
-  fw_pq_push_front(heap, q, page);
-  return page;
+  return NULL;
+}
+
+void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
+  uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+  while (true) {
+    if (x & FW_XFREE_DELAYED) {
+      fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_acquire);
+      if (heap) {
+        fw_block_t *head = atomic_load_explicit(&heap->delayed, memory_order_relaxed);
+        do {
+          b->next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&heap->delayed, &head, b, memory_order_release,
+                                                        memory_order_relaxed));
+        return;
+      }
+    }
+    b->next = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+    if (atomic_compare_exchange_weak_explicit(&page->xfree, &x, (uintptr_t)b | (x & FW_XFREE_DELAYED),
+                                              memory_order_release, memory_order_relaxed))
+      return;
+  }
+}
+
+fw_page_t *fw_page_of_pointer(const void *p) {
+  if (!p || ((uintptr_t)p & 7)) return NULL;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  if (!fw_arena_contains(p) && !fw_os_is_mapped(seg)) return NULL;
+  if (seg->cookie != fw_segment_cookie(seg)) return NULL;
+  fw_page_t *pg = fw_ptr_slice(seg, p);
+  if (pg->flags & FW_PF_REDIRECT) {
+    if (pg->slice_offset > (size_t)(pg - seg->pages)) return NULL;
+    pg -= pg->slice_offset;
+  }
+  if (pg->flags & FW_PF_UNUSED) return NULL;
+  const uint8_t *b = p;
+  if (b < pg->area) return NULL;
+  size_t off = (size_t)(b - pg->area);
+  if (pg->kind == FW_KIND_LARGE) return off < pg->block_size ? pg : NULL;
+  if (off >= (size_t)pg->capacity * pg->block_size) return NULL;
+  return ((pg->flags & FW_PF_ALIGNED) || off % pg->block_size == 0) ? pg : NULL;
 }
 
 fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p) {
@@ -252,3 +276,48 @@ size_t fw_page_usable(const fw_page_t *page, const void *p) {
   const uint8_t *b = (const uint8_t *)fw_page_block_start(page, p);
   return page->block_size - (size_t)((const uint8_t *)p - b);
 }
+
+size_t fw_page_live(const fw_page_t *pg) {
+  fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
+  bool head = !(pg->flags & FW_PF_FULL) && pg->kind != FW_KIND_LARGE && heap && heap->queues[pg->cls].first == pg;
+  return pg->used - (head ? 1u : 0u);
+}
+
+#ifdef FW_DEBUG
+/* Internal consistency: the page's counts agree with its lists. */
+void fw_page_validate(const fw_page_t *pg) {
+  FW_ASSERT(!(pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)));
+  fw_segment_t *seg = fw_page_segment(pg);
+  FW_ASSERT(seg->cookie == fw_segment_cookie(seg));
+  if (pg->kind == FW_KIND_LARGE) {
+    FW_ASSERT(pg->capacity <= 1 && pg->used <= 1);
+    return;
+  }
+  FW_ASSERT(pg->capacity <= pg->reserved && pg->block_size > 0);
+  FW_ASSERT(pg->area + (size_t)pg->reserved * pg->block_size <= (const uint8_t *)seg + FW_SEGMENT_SIZE);
+  size_t nfree = 0;
+  for (const fw_block_t *b = pg->free; b; b = b->next) {
+    size_t off = (size_t)((const uint8_t *)b - pg->area);
+    FW_ASSERT((const uint8_t *)b >= pg->area && off % pg->block_size == 0 && off / pg->block_size < pg->capacity);
+    FW_ASSERT(++nfree <= pg->capacity);
+  }
+  /* used counts blocks handed out (remote frees not yet folded in included)
+   * plus one while the page heads its queue */
+  fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
+  bool head = !(pg->flags & FW_PF_FULL) && heap && heap->queues[pg->cls].first == pg;
+  FW_ASSERT(nfree + pg->used - (head ? 1u : 0u) == pg->capacity);
+}
+
+void fw_page_queue_validate(const fw_heap_t *heap, const fw_page_queue_t *q) {
+  const fw_page_t *prev = NULL;
+  size_t n = 0;
+  for (const fw_page_t *pg = q->first; pg; prev = pg, pg = pg->next) {
+    FW_ASSERT(pg->prev == prev);
+    FW_ASSERT(atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed) == heap);
+    FW_ASSERT(((pg->flags & FW_PF_FULL) != 0) == (q == &heap->full));
+    if (q != &heap->full) FW_ASSERT(&heap->queues[pg->cls] == q);
+    FW_ASSERT(++n < ((size_t)1 << 24));
+  }
+  FW_ASSERT(q->last == prev);
+}
+#endif

@@ -4,12 +4,15 @@
  * page holding a single block bigger than that). The header at the start
  * holds every page descriptor, so a pointer's page is found by masking.
  * Free pages stay "dirty" for FREEWAY_PURGE_DELAY ms, then their memory goes
- * back to the OS. When a thread exits its segments are abandoned on a global
- * list and adopted by the next thread that needs a segment.
- * See alloc.c for the whole design. */
-#define _GNU_SOURCE
-#include "internal.h"
-#include <pthread.h>
+ * back to the OS (or at once when no thread owns the segment). What happens
+ * to a segment when its thread exits is the abandon layer's business
+ * (abandon.c); this file only attaches and detaches. See alloc.c for the
+ * whole design. */
+#include "segment.h"
+#include "arena.h"
+#include "os.h"
+#include "options.h"
+#include "stats.h"
 #include <string.h>
 
 uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
@@ -44,23 +47,6 @@ static void fw_tld_unlink_free(fw_tld_t *tld, fw_segment_t *seg) {
   if (seg->fnext) seg->fnext->fprev = seg->fprev;
   seg->fnext = seg->fprev = NULL;
   if (seg->kind == FW_KIND_SPAN && !*head) tld->span_binmap &= ~((uint64_t)1 << seg->span_bin);
-}
-
-/* Runs of set bits, in O(log n) steps: x & (x >> k) keeps the bits that
- * start a run at least k longer than the runs x marked. */
-static unsigned fw_mask_longest_run(uint64_t x) {
-  if (!x) return 0;
-  if (x == ~(uint64_t)0) return 64;
-  unsigned n = 1;
-  for (uint64_t y; n < 64 && (y = x & (x >> n)) != 0; n *= 2) x = y;
-  for (unsigned step = n / 2; step; step /= 2) {
-    uint64_t y = x & (x >> step);
-    if (y) {
-      x = y;
-      n += step;
-    }
-  }
-  return n;
 }
 
 /* Lists a segment with a free slot; a span segment moves to the bin of its
@@ -100,23 +86,36 @@ static void fw_tld_unlink(fw_tld_t *tld, fw_segment_t *seg) {
   fw_tld_unlink_free(tld, seg);
 }
 
-static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool *is_zero) {
+/* Address space for a segment: arena chunks when it fits an arena and needs
+ * no alignment beyond a chunk's, else a mapping of its own placed so that
+ * (memory + offset) is align-aligned. */
+static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw_arena_t **arena,
+                                  uint32_t *chunk, bool *is_zero) {
+  if (chunks <= FW_ARENA_MAX_CHUNKS && align <= FW_SEGMENT_SIZE) {
+    uint8_t *mem = fw_arena_alloc(chunks, arena, chunk, is_zero);
+    if (mem) return mem;
+  }
+  if (chunks > SIZE_MAX / FW_SEGMENT_SIZE) return NULL;
+  if (align < FW_SEGMENT_SIZE) align = FW_SEGMENT_SIZE, offset = 0;
+  size_t bytes = chunks * FW_SEGMENT_SIZE;
+  uint8_t *mem = fw_os_map(bytes, align, offset);
+  /* idle arenas may be what keeps the address space short (RLIMIT_AS) */
+  if (!mem && fw_arena_release_unused()) mem = fw_os_map(bytes, align, offset);
+  if (!mem) return NULL;
+  *arena = NULL;
+  *chunk = 0;
+  *is_zero = true;
+  fw_stat_add(reserved, bytes);
+  fw_stat_add(committed, bytes);
+  fw_stat_add(huge, 1);
+  return mem;
+}
+
+static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size_t align, size_t offset,
+                                    bool *is_zero) {
   fw_arena_t *arena = NULL;
   uint32_t chunk = 0;
-  uint8_t *mem;
-  if (chunks <= FW_ARENA_MAX_CHUNKS) {
-    mem = fw_arena_alloc(chunks, &arena, &chunk, is_zero);
-  } else {
-    if (chunks > SIZE_MAX / FW_SEGMENT_SIZE) return NULL;
-    mem = fw_os_map(chunks * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE);
-    if (!mem && fw_arena_release_unused()) mem = fw_os_map(chunks * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE);
-    *is_zero = true;
-    if (mem) {
-      fw_stat_add(reserved, chunks * FW_SEGMENT_SIZE);
-      fw_stat_add(committed, chunks * FW_SEGMENT_SIZE);
-      fw_stat_add(huge, 1);
-    }
-  }
+  uint8_t *mem = fw_segment_memory(chunks, align, offset, &arena, &chunk, is_zero);
   if (!mem) return NULL;
   fw_segment_t *seg = (fw_segment_t *)mem;
   /* Only the header part is written: a reused chunk keeps stale page
@@ -135,7 +134,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
   } else {
     seg->page_slices = kind == FW_KIND_MEDIUM ? FW_MEDIUM_PAGE_SLICES : 1;
     seg->pages_total = FW_SLICES / seg->page_slices;
-    seg->free_mask = seg->pages_total == 64 ? ~(uint64_t)0 : (((uint64_t)1 << seg->pages_total) - 1);
+    seg->free_mask = fw_mask_low(seg->pages_total);
     /* spans start on a slice boundary (64 KiB aligned): slot 0, which holds
      * the header, serves none */
     if (kind == FW_KIND_SPAN) seg->free_mask &= ~(uint64_t)1;
@@ -144,7 +143,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
       /* The arena counted the whole chunk; its untouched page slots are not
        * committed until a page is set up in them (slot 0 holds the header). */
       seg->purged_mask = seg->free_mask & ~(uint64_t)1;
-      fw_stat_sub(committed, (size_t)__builtin_popcountll(seg->purged_mask) * fw_slot_bytes(seg));
+      fw_stat_sub(committed, (size_t)fw_popcount64(seg->purged_mask) * fw_slot_bytes(seg));
     }
     uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
     for (size_t i = 0; i < FW_SLICES; i++) {
@@ -162,13 +161,13 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, bool
   return seg;
 }
 
-/* purge_now: an empty segment beyond the thread's cache (FREEWAY_SEGMENT_CACHE)
- * gives its memory back at once instead of waiting in the arena for a purge
- * pass that a thread gone quiet would never run */
-static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now) {
-  fw_tld_unlink(tld, seg);
+/* Back to the arena or the OS. purge_now: an empty segment beyond the
+ * thread's cache (FREEWAY_SEGMENT_CACHE), or one no thread owns, gives its
+ * memory back at once instead of waiting for a purge pass that a thread
+ * gone quiet would never run. */
+static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   /* the arena counts a released chunk as committed until it purges it */
-  if (!seg->direct) fw_stat_add(committed, (size_t)__builtin_popcountll(seg->purged_mask) * fw_slot_bytes(seg));
+  if (!seg->direct) fw_stat_add(committed, (size_t)fw_popcount64(seg->purged_mask) * fw_slot_bytes(seg));
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
@@ -182,7 +181,18 @@ static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now)
   }
 }
 
+static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now) {
+  fw_tld_unlink(tld, seg);
+  fw_segment_release(seg, purge_now);
+}
+
 static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) { fw_segment_free_ex(tld, seg, false); }
+
+void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg) {
+  FW_ASSERT(seg->pages_used == 0);
+  if (seg->kind != FW_KIND_LARGE) tld->segments_empty--;
+  fw_segment_free(tld, seg);
+}
 
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   fw_page_t *pg = &seg->pages[slot * seg->page_slices];
@@ -199,7 +209,7 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
 /* Takes the free slots in bits for a page: they are committed from now on. */
 static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
   bool is_zero = !(seg->dirty_mask & bits);
-  size_t purged = (size_t)__builtin_popcountll(seg->purged_mask & bits);
+  size_t purged = fw_popcount64(seg->purged_mask & bits);
   if (purged) {
     fw_stat_add(committed, purged * fw_slot_bytes(seg));
     seg->purged_mask &= ~bits;
@@ -212,15 +222,6 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
   return is_zero;
 }
 
-/* The first bit of a run of n set bits in mask, or -1. */
-static int fw_mask_find_run(uint64_t mask, size_t n) {
-  uint64_t x = mask;
-  size_t have = 1;
-  for (; have * 2 <= n && x; have *= 2) x &= x >> have;
-  if (have < n) x &= x >> (n - have);
-  return x ? __builtin_ctzll(x) : -1;
-}
-
 static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
   uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
   for (size_t k = from; k < to; k++) {
@@ -230,30 +231,26 @@ static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
   }
 }
 
-/* A large block of n slices in a span segment of the thread. */
-static fw_page_t *fw_segment_span_alloc(fw_heap_t *heap, size_t n) {
-  fw_tld_t *tld = heap->tld;
+fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
+  FW_ASSERT(n >= 1 && n <= FW_SPAN_MAX_SLICES);
   fw_segment_t *seg = NULL;
   int start = -1;
-  for (int round = 0; round < 2; round++) {
-    uint64_t bins = tld->span_binmap & (~(uint64_t)0 << n);
-    if (bins) {
-      seg = tld->span_bins[__builtin_ctzll(bins)];
-      /* warm slices first (freed, not purged yet: no page faults) */
-      start = fw_mask_find_run(seg->free_mask & seg->dirty_mask, n);
-      if (start < 0) start = fw_mask_find_run(seg->free_mask, n);
-      break;
-    }
-    /* adopt what exited threads left, then look again */
-    if (round > 0 || !fw_segment_reclaim_one(heap)) break;
+  uint64_t bins = tld->span_binmap & (~(uint64_t)0 << n);
+  if (bins) {
+    seg = tld->span_bins[fw_ctz64(bins)];
+    /* warm slices first (freed, not purged yet: no page faults) */
+    start = fw_mask_find_run(seg->free_mask & seg->dirty_mask, n);
+    if (start < 0) start = fw_mask_find_run(seg->free_mask, n);
+    FW_ASSERT(start >= 1);
   }
   if (start < 0) {
+    if (!map_new) return NULL;
     bool fresh;
-    seg = fw_segment_new(tld, FW_KIND_SPAN, 1, &fresh);
+    seg = fw_segment_new(tld, FW_KIND_SPAN, 1, 0, 0, &fresh);
     if (!seg) return NULL;
     start = 1;
   }
-  uint64_t bits = (((uint64_t)1 << n) - 1) << start;
+  uint64_t bits = fw_mask_low(n) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);
   if (seg->pages_used++ == 0) tld->segments_empty--;
   fw_page_t *pg = &seg->pages[start];
@@ -268,7 +265,6 @@ static fw_page_t *fw_segment_span_alloc(fw_heap_t *heap, size_t n) {
   return pg;
 }
 
-/* realloc in place: the slices after a span are free, take them. */
 bool fw_segment_span_grow(fw_page_t *page, size_t size) {
   fw_segment_t *seg = fw_page_segment(page);
   if (seg->kind != FW_KIND_SPAN || size > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE) return false;
@@ -276,48 +272,48 @@ bool fw_segment_span_grow(fw_page_t *page, size_t size) {
   size_t start = (size_t)(page - seg->pages);
   if (n <= page->slices) return false;
   if (start + n > FW_SLICES) return false;
-  uint64_t bits = (((uint64_t)1 << (n - page->slices)) - 1) << (start + page->slices);
+  uint64_t bits = fw_mask_low(n - page->slices) << (start + page->slices);
   if ((seg->free_mask & bits) != bits) return false;
   fw_segment_take_slots(seg, bits);
   fw_span_redirect(page, page->slices, n);
   page->slices = (uint32_t)n;
   page->block_size = n * FW_SLICE_SIZE;
-  page->requested = size;
   return true;
 }
 
-fw_page_t *fw_segment_page_alloc(fw_heap_t *heap, int kind) {
-  fw_tld_t *tld = heap->tld;
+fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
+  FW_ASSERT(kind == FW_KIND_SMALL || kind == FW_KIND_MEDIUM);
   fw_segment_t *seg = tld->segments_free[kind];
-  /* Adopt segments that exited threads left behind before mapping more. */
-  for (int i = 0; !seg && i < 16 && fw_segment_reclaim_one(heap); i++) seg = tld->segments_free[kind];
   if (!seg) {
+    if (!map_new) return NULL;
     bool is_zero;
-    seg = fw_segment_new(tld, kind, 1, &is_zero);
+    seg = fw_segment_new(tld, kind, 1, 0, 0, &is_zero);
     if (!seg) return NULL;
     fw_tld_link_free(tld, seg);
   }
+  FW_ASSERT(seg->free_mask != 0 && seg->kind == kind);
   uint64_t warm = seg->free_mask & seg->dirty_mask;
-  size_t slot = (size_t)__builtin_ctzll(warm ? warm : seg->free_mask);
+  size_t slot = fw_ctz64(warm ? warm : seg->free_mask);
   bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
   if (seg->pages_used++ == 0) tld->segments_empty--;
   fw_page_slot_setup(seg, slot, is_zero);
   return &seg->pages[slot * seg->page_slices];
 }
 
-fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
-  if (align <= FW_SLICE_SIZE && size <= FW_SPAN_MAX_SLICES * FW_SLICE_SIZE) {
-    fw_page_t *pg = fw_segment_span_alloc(heap, (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE);
-    if (pg) pg->requested = size;
-    return pg;
-  }
+/* The block starts at the first align-aligned offset after the header. An
+ * alignment of half a segment or more would put that offset at the end of
+ * the first chunk: the block then starts exactly one segment after the
+ * header, at an address that is itself align-aligned (the mapping is placed
+ * for it), and fw_ptr_segment's "p - 1" finds the header from it. */
+fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
-  size_t offset = fw_align_up(FW_SEGMENT_HEADER, align);
+  size_t offset = fw_align_up(FW_SEGMENT_HEADER, align < FW_SEGMENT_SIZE ? align : FW_SEGMENT_SIZE);
   if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE) return NULL;
   size_t chunks = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   bool is_zero;
-  fw_segment_t *seg = fw_segment_new(heap->tld, FW_KIND_LARGE, chunks, &is_zero);
+  fw_segment_t *seg = fw_segment_new(tld, FW_KIND_LARGE, chunks, align, offset, &is_zero);
   if (!seg) return NULL;
+  FW_ASSERT((((uintptr_t)seg + offset) & (align - 1)) == 0);
   seg->pages_used = 1;
   fw_page_t *pg = &seg->pages[0];
   memset(pg, 0, sizeof *pg);
@@ -325,7 +321,6 @@ fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
   pg->slices = FW_SLICES;
   pg->area = (uint8_t *)seg + offset;
   pg->block_size = seg->size - offset;
-  pg->requested = size;
   pg->is_zero = is_zero;
   fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
@@ -338,24 +333,38 @@ fw_page_t *fw_segment_large_alloc(fw_heap_t *heap, size_t size, size_t align) {
   return pg;
 }
 
-static void fw_slot_purge(fw_segment_t *seg, size_t slot) {
+/* True if the slot reads as zero now; a slot the OS would not purge
+ * (locked memory) stays dirty. */
+static bool fw_slot_purge(fw_segment_t *seg, size_t slot) {
   size_t size;
   uint8_t *area = fw_slot_area(seg, slot, &size);
-  fw_os_purge(area, size);
+  if (!fw_os_purge(area, size)) return false;
   fw_stat_add(purged, size);
   fw_stat_sub(committed, fw_slot_bytes(seg));
   seg->purged_mask |= (uint64_t)1 << slot;
+  seg->dirty_mask &= ~((uint64_t)1 << slot);
+  return true;
 }
+
+static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
+  uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
+  for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, fw_ctz64(d));
+  seg->dirty_young = 0;
+  seg->purge_due = 0;
+}
+
+void fw_segment_purge_slots_now(fw_segment_t *seg) { fw_segment_purge_slots(seg, true); }
 
 static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits) {
   seg->free_mask |= bits;
-  fw_tld_link_free(tld, seg);
+  seg->dirty_mask |= bits;
   long delay = fw_opt(PURGE_DELAY);
-  if (delay == 0) {
-    for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(b));
+  if (!tld || delay == 0) {
+    for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, fw_ctz64(b));
+    if (tld) fw_tld_link_free(tld, seg);
     return;
   }
-  seg->dirty_mask |= bits;
+  fw_tld_link_free(tld, seg);
   if (delay > 0) {
     if (seg->purge_due) {
       /* the deadline was set for pages freed earlier: these wait a round */
@@ -369,6 +378,8 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
 
 void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   fw_segment_t *seg = fw_page_segment(page);
+  FW_ASSERT(!(page->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) && seg->pages_used > 0);
+  FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   page->free = NULL;
@@ -376,7 +387,8 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;
   if (seg->kind == FW_KIND_LARGE) {
-    fw_segment_free(tld, seg);
+    if (tld) fw_segment_free(tld, seg);
+    else fw_segment_release(seg, true);
     return;
   }
   uint64_t bits;
@@ -387,14 +399,18 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
       page[k].flags = FW_PF_UNUSED;
       page[k].slice_offset = 0;
     }
-    bits = (((uint64_t)1 << n) - 1) << slot;
+    bits = fw_mask_low(n) << slot;
   } else {
     bits = (uint64_t)1 << ((size_t)(page - seg->pages) / seg->page_slices);
   }
-  /* An empty segment stays with the thread until the purge pass after its
-   * delay (fw_segments_purge), so that memory freed and allocated again in
-   * waves is not set up anew each time. */
   if (seg->pages_used == 0) {
+    if (!tld) {
+      fw_segment_release(seg, true);
+      return;
+    }
+    /* An empty segment stays with the thread until the purge pass after its
+     * delay (fw_segments_purge), so that memory freed and allocated again in
+     * waves is not set up anew each time. */
     long delay = fw_opt(PURGE_DELAY);
     if (delay == 0 || (delay > 0 && tld->segments_empty >= (size_t)fw_opt(SEGMENT_CACHE))) {
       fw_segment_free_ex(tld, seg, true);
@@ -405,16 +421,6 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   fw_segment_release_slots(tld, seg, bits);
 }
 
-static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
-  uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
-  for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, (size_t)__builtin_ctzll(d));
-  seg->dirty_mask &= ~dirty;
-  seg->dirty_young = 0;
-  seg->purge_due = 0;
-}
-
-static void fw_segment_purge_free(fw_segment_t *seg) { fw_segment_purge_slots(seg, true); }
-
 /* A slot is purged between one and two delays after its page was freed:
  * each segment keeps one deadline, and slots freed after it was set wait
  * for the next one, so memory freed and reused at once is never purged. */
@@ -423,9 +429,8 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   long delay = fw_opt(PURGE_DELAY);
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
-    if (seg->pages_used == 0 && (force || seg->purge_due <= now)) {
-      tld->segments_empty--;
-      fw_segment_free(tld, seg);  /* kept empty for a delay: now it goes */
+    if (seg->pages_used == 0 && seg->kind != FW_KIND_LARGE && (force || seg->purge_due <= now)) {
+      fw_segment_free_empty(tld, seg);  /* kept empty for a delay: now it goes */
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
@@ -444,62 +449,23 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   tld->purge_due = next;
 }
 
-/* ---- abandoning and reclaiming ------------------------------------------ */
-
-/* Segments from an arena are marked abandoned in the arena's bitmap (see
- * arena.c); the rare ones with a mapping of their own (huge blocks) wait on a
- * list under a lock that is only ever tried, never waited for. */
-static pthread_mutex_t fw_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
-static fw_segment_t *fw_abandoned_direct;          /* guarded by fw_abandoned_lock */
-static _Atomic(size_t) fw_abandoned_direct_count;  /* read without the lock as a hint */
-
-/* Called at thread exit after every heap of the thread has folded in its
- * delayed frees and dropped its empty pages: what is left has live blocks. */
-void fw_segments_abandon(fw_tld_t *tld) {
-  fw_segment_t *seg = tld->segments;
-  while (seg) {
-    fw_segment_t *next = seg->next;
-    if (seg->pages_used == 0) {
-      tld->segments_empty--;
-      fw_segment_free(tld, seg);
-    } else {
-      fw_tld_unlink(tld, seg);
-      /* its free pages stay warm for an adopter; the process-wide purge
-       * pass (arena.c) purges them if nobody comes before the deadline */
-      uint64_t due = 0;
-      if ((seg->dirty_mask & seg->free_mask) && fw_opt(PURGE_DELAY) > 0)
-        due = seg->purge_due ? seg->purge_due : fw_os_clock_ms() + (uint64_t)fw_opt(PURGE_DELAY);
-      for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
-        fw_page_t *pg = &seg->pages[i];
-        if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
-        atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
-        pg->next = pg->prev = NULL;
-        __atomic_store_n(&pg->tag, 0, __ATOMIC_RELAXED);
-      }
-      seg->tld = NULL;
-      atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
-      fw_stat_add(abandoned, 1);
-      if (seg->direct) {
-        if (due) fw_segment_purge_free(seg);  /* the pass does not see these */
-        pthread_mutex_lock(&fw_abandoned_lock);
-        seg->anext = fw_abandoned_direct;
-        fw_abandoned_direct = seg;
-        pthread_mutex_unlock(&fw_abandoned_lock);
-        atomic_fetch_add_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
-      } else {
-        fw_arena_mark_abandoned(seg->arena, seg->chunk, due);
-      }
-    }
-    seg = next;
-  }
+/* ---- ownership changes ------------------------------------------------------ */
+uint64_t fw_segment_abandon_due(fw_segment_t *seg) {
+  long delay = fw_opt(PURGE_DELAY);
+  if (!(seg->dirty_mask & seg->free_mask) || delay <= 0) return 0;
+  return seg->purge_due ? seg->purge_due : fw_os_clock_ms() + (uint64_t)delay;
 }
 
-/* Takes a segment that this thread now owns into heap. Pages with no live
- * block go back at once, and with them possibly the whole segment. */
-static void fw_segment_adopt(fw_heap_t *heap, fw_segment_t *seg) {
-  fw_stat_sub(abandoned, 1);
-  fw_tld_t *tld = heap->tld;
-  seg->anext = NULL;
+void fw_segment_detach(fw_tld_t *tld, fw_segment_t *seg) {
+  FW_ASSERT(seg->tld == tld && seg->pages_used > 0);
+  fw_tld_unlink(tld, seg);
+  seg->tld = NULL;
+  atomic_store_explicit(&seg->thread_id, 0, memory_order_release);
+}
+
+void fw_segment_attach(fw_tld_t *tld, fw_segment_t *seg) {
+  FW_ASSERT(seg->tld == NULL);
+  seg->anext = seg->aprev = NULL;
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);
   if (seg->free_mask) fw_tld_link_free(tld, seg);
@@ -507,47 +473,4 @@ static void fw_segment_adopt(fw_heap_t *heap, fw_segment_t *seg) {
     if (!seg->purge_due) seg->purge_due = fw_os_clock_ms() + (uint64_t)fw_opt(PURGE_DELAY);
     if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
   }
-  for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
-    fw_page_t *pg = &seg->pages[i];
-    if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
-    bool last = seg->pages_used == 1;
-    bool large = seg->kind == FW_KIND_LARGE;
-    /* with its last page freed the segment is gone: touch nothing more */
-    if (!fw_page_adopt(heap, pg) && last) break;
-    if (large) break;
-  }
 }
-
-/* Adopts one abandoned segment into heap. Never waits. */
-bool fw_segment_reclaim_one(fw_heap_t *heap) {
-  if (!fw_opt(RECLAIM)) return false;
-  fw_segment_t *seg = fw_arena_reclaim_any();
-  if (!seg && atomic_load_explicit(&fw_abandoned_direct_count, memory_order_relaxed) != 0 &&
-      pthread_mutex_trylock(&fw_abandoned_lock) == 0) {
-    seg = fw_abandoned_direct;
-    if (seg) fw_abandoned_direct = seg->anext;
-    pthread_mutex_unlock(&fw_abandoned_lock);
-    if (seg) atomic_fetch_sub_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
-  }
-  if (!seg) return false;
-  fw_segment_adopt(heap, seg);
-  return true;
-}
-
-/* A thread frees a block of an abandoned segment: it takes the whole
- * segment, so that the blocks freed into it make whole pages free again
- * instead of waiting for some thread to need a segment. */
-bool fw_segment_reclaim_on_free(fw_segment_t *seg) {
-  fw_heap_t *heap = fw_tls_heap;
-  if (heap == &fw_heap_empty || !fw_opt(RECLAIM) || seg->direct) return false;
-  fw_arena_t *arena = seg->arena;
-  if (!arena || !fw_arena_reclaim(arena, seg->chunk)) return false;
-  fw_segment_adopt(heap->tld->heap_default, seg);
-  return true;
-}
-
-void fw_segment_purge_abandoned(void *p) { fw_segment_purge_free((fw_segment_t *)p); }
-
-void fw_segment_fork_prepare(void) { pthread_mutex_lock(&fw_abandoned_lock); }
-void fw_segment_fork_parent(void) { pthread_mutex_unlock(&fw_abandoned_lock); }
-void fw_segment_fork_child(void) { pthread_mutex_init(&fw_abandoned_lock, NULL); }

@@ -1,36 +1,14 @@
-/* stats.c — process-wide counters (stats.def), the report, and the message
- * printer used for warnings and cautious-mode errors. Counters are relaxed
- * atomics touched only on slow paths. */
-#include "internal.h"
-#include <stdarg.h>
-#include <stdio.h>
+/* stats.c — process-wide counters (stats.def) and their report. Counters are
+ * relaxed atomics touched only on slow paths. */
+#include "stats.h"
+#include "options.h"
+#include "message.h"
+#include "os.h"
 #include <string.h>
 
 #define FW_STAT(name) _Atomic(size_t) fw_stat_##name;
 #include "stats.def"
 #undef FW_STAT
-
-int fw_snprintf(char *buf, size_t n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int r = vsnprintf(buf, n, fmt, ap);
-  va_end(ap);
-  if (r < 0) r = 0;
-  if ((size_t)r >= n) r = n ? (int)n - 1 : 0;
-  return r;
-}
-
-void fw_message(const char *fmt, ...) {
-  char buf[512];
-  memcpy(buf, "freeway: ", 9);
-  va_list ap;
-  va_start(ap, fmt);
-  int r = vsnprintf(buf + 9, sizeof buf - 9, fmt, ap);
-  va_end(ap);
-  if (r < 0) return;
-  size_t n = 9 + ((size_t)r < sizeof buf - 9 ? (size_t)r : sizeof buf - 10);
-  fw_os_write(2, buf, n);
-}
 
 #define LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
 

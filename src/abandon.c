@@ -1,0 +1,161 @@
+/* abandon.c — the registry of abandoned segments.
+ *
+ * A segment from an arena is marked by one bit at its first chunk (arena.c):
+ * whoever clears the bit owns the segment, so claiming is one atomic
+ * operation, with no list to link, no lock and no ABA. The rare segments
+ * with a mapping of their own (huge blocks and huge alignments, one block
+ * each) wait on a list under a lock instead. A marked segment is never
+ * unmapped: only its holder can free it.
+ *
+ * Three ways out: a thread that needs a segment adopts any marked one
+ * (fw_abandon_reclaim_one); a thread that frees a block into one adopts
+ * that one (fw_abandon_reclaim), so its freed blocks turn back into free
+ * pages; a thread with no heap frees in place and puts the segment back
+ * (fw_abandon_free). Free pages of an abandoned segment stay warm for an
+ * adopter until the segment's deadline, then the purge pass purges them.
+ * See alloc.c for the whole design. */
+#include "abandon.h"
+#include "segment.h"
+#include "arena.h"
+#include "page.h"
+#include "os.h"
+#include "stats.h"
+
+static fw_lock_t fw_abandoned_lock = FW_LOCK_INIT;
+static fw_segment_t *fw_abandoned_direct;          /* guarded by fw_abandoned_lock */
+static _Atomic(size_t) fw_abandoned_direct_count;  /* read without the lock as a hint */
+static _Atomic(uint64_t) fw_abandon_next_purge;
+
+static void fw_direct_push(fw_segment_t *seg) {
+  fw_lock_acquire(&fw_abandoned_lock);
+  seg->aprev = NULL;
+  seg->anext = fw_abandoned_direct;
+  if (seg->anext) seg->anext->aprev = seg;
+  fw_abandoned_direct = seg;
+  seg->abandoned = 1;
+  fw_lock_release(&fw_abandoned_lock);
+  atomic_fetch_add_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
+}
+
+/* seg NULL: any one. */
+static fw_segment_t *fw_direct_take(fw_segment_t *seg) {
+  if (atomic_load_explicit(&fw_abandoned_direct_count, memory_order_relaxed) == 0) return NULL;
+  fw_lock_acquire(&fw_abandoned_lock);
+  if (!seg) seg = fw_abandoned_direct;
+  if (seg && seg->abandoned) {
+    if (seg->aprev) seg->aprev->anext = seg->anext;
+    else fw_abandoned_direct = seg->anext;
+    if (seg->anext) seg->anext->aprev = seg->aprev;
+    seg->anext = seg->aprev = NULL;
+    seg->abandoned = 0;
+    atomic_fetch_sub_explicit(&fw_abandoned_direct_count, 1, memory_order_relaxed);
+  } else {
+    seg = NULL;
+  }
+  fw_lock_release(&fw_abandoned_lock);
+  return seg;
+}
+
+static bool fw_abandon_claim(fw_segment_t *seg) {
+  if (seg->direct) return fw_direct_take(seg) != NULL;
+  return fw_arena_unmark(seg->arena, seg->chunk);
+}
+
+/* Puts a held segment back. */
+static void fw_abandon_put(fw_segment_t *seg, uint64_t due) {
+  if (seg->direct) fw_direct_push(seg);
+  else fw_arena_mark(seg->arena, seg->chunk, due);
+}
+
+void fw_abandon_segments(fw_tld_t *tld) {
+  fw_segment_t *seg = tld->segments;
+  while (seg) {
+    fw_segment_t *next = seg->next;
+    if (seg->pages_used == 0) {
+      fw_segment_free_empty(tld, seg);
+      seg = next;
+      continue;
+    }
+    uint64_t due = fw_segment_abandon_due(seg);
+    fw_segment_detach(tld, seg);
+    for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
+      fw_page_t *pg = &seg->pages[i];
+      if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
+      FW_ASSERT(atomic_load_explicit(&pg->heap, memory_order_relaxed) == NULL && !(pg->flags & FW_PF_FULL));
+      pg->next = pg->prev = NULL;
+      /* a thread that gets this thread's pointer later must not take the
+       * free fast path into this page */
+      __atomic_store_n(&pg->tag, 0, __ATOMIC_RELAXED);
+    }
+    fw_stat_add(abandoned, 1);
+    fw_abandon_put(seg, due);
+    seg = next;
+  }
+}
+
+/* Takes a segment the caller now holds into heap. Pages with no live
+ * block go back at once, and with them possibly the whole segment. */
+static void fw_abandon_adopt(fw_heap_t *heap, fw_segment_t *seg) {
+  FW_ASSERT(heap->is_default);
+  fw_stat_sub(abandoned, 1);
+  fw_segment_attach(heap->tld, seg);
+  bool large = seg->kind == FW_KIND_LARGE;
+  for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
+    fw_page_t *pg = &seg->pages[i];
+    if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
+    bool last = seg->pages_used == 1;
+    /* with its last page freed the segment is gone: touch nothing more */
+    if (!fw_page_adopt(heap, pg) && last) break;
+    if (large) break;
+  }
+}
+
+bool fw_abandon_reclaim_one(fw_heap_t *heap) {
+  fw_segment_t *seg = fw_arena_unmark_any();
+  if (!seg) seg = fw_direct_take(NULL);
+  if (!seg) return false;
+  fw_abandon_adopt(heap, seg);
+  return true;
+}
+
+bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg) {
+  if (!fw_abandon_claim(seg)) return false;
+  fw_abandon_adopt(heap, seg);
+  return true;
+}
+
+bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  if (!fw_abandon_claim(seg)) return false;
+  fw_page_collect(page);
+  if (!fw_page_push(page, b)) {
+    fw_abandon_put(seg, fw_segment_abandon_due(seg));
+    return true;
+  }
+  bool last = seg->pages_used == 1;
+  fw_segment_page_free(NULL, page);  /* purged at once: nobody will run a pass for it */
+  if (last) {
+    fw_stat_sub(abandoned, 1);     /* the segment went with its last page */
+    return true;
+  }
+  fw_abandon_put(seg, fw_segment_abandon_due(seg));
+  return true;
+}
+
+void fw_abandon_purge(uint64_t now, bool force) {
+  if (fw_arena_marked() == 0) return;
+  if (!force) {
+    uint64_t next = atomic_load_explicit(&fw_abandon_next_purge, memory_order_relaxed);
+    if (now < next) return;
+    if (!atomic_compare_exchange_strong(&fw_abandon_next_purge, &next, now + 5)) return;
+  }
+  size_t cursor = 0;
+  fw_segment_t *seg;
+  while ((seg = fw_arena_unmark_due(now, force, &cursor)) != NULL) {
+    fw_segment_purge_slots_now(seg);
+    fw_arena_mark(seg->arena, seg->chunk, 0);
+  }
+}
+
+void fw_abandon_fork_prepare(void) { fw_lock_acquire(&fw_abandoned_lock); }
+void fw_abandon_fork_parent(void) { fw_lock_release(&fw_abandoned_lock); }
+void fw_abandon_fork_child(void) { fw_lock_reset(&fw_abandoned_lock); }

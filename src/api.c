@@ -1,0 +1,118 @@
+/* api.c — the public malloc family (fw_malloc, fw_calloc, ...): the fast
+ * paths of fast.h, argument rules, and the hand-off to thread.c when the
+ * calling thread has no heap yet. override.c maps the standard names here. */
+#include "fast.h"
+#include <string.h>
+
+void *fw_malloc(size_t size) { return fw_malloc_fast(size); }
+/* The same entry under a hidden name: operator new calls it directly, not
+ * through the GOT as an exported (interposable) name would need. */
+FW_HIDDEN void *fw_malloc_direct(size_t size);
+void *fw_malloc_direct(size_t size) { return fw_malloc_fast(size); }
+
+void fw_free(void *p) { fw_free_fast(p); }
+FW_HIDDEN void fw_free_direct(void *p);
+void fw_free_direct(void *p) { fw_free_fast(p); }  /* for operator delete: not interposable */
+
+/* The size is a hint only: the block's page knows its size class. */
+void fw_free_sized(void *p, size_t size) {
+  (void)size;
+  fw_free_fast(p);
+}
+
+void fw_free_aligned(void *p, size_t alignment) {
+  (void)alignment;
+  fw_free_fast(p);
+}
+
+void fw_free_aligned_sized(void *p, size_t alignment, size_t size) {
+  (void)alignment;
+  (void)size;
+  fw_free_fast(p);
+}
+
+size_t fw_malloc_usable_size(const void *p) { return fw_usable_size(p); }
+
+void *fw_calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
+  fw_heap_t *heap = fw_ready_heap();
+  if (fw_unlikely(!heap)) return fw_thread_alloc(FW_OP_ZERO, NULL, total, 0);
+  return fw_heap_malloc_zero(heap, total, true);
+}
+
+void *fw_realloc(void *p, size_t size) {
+  fw_heap_t *heap = fw_ready_heap();
+  if (fw_unlikely(!heap)) {
+    if (p && size == 0) {
+      fw_free_generic(p);
+      return NULL;
+    }
+    return fw_thread_alloc(FW_OP_REALLOC, p, size, 0);
+  }
+  return fw_realloc_ex(heap, p, size);
+}
+
+void *fw_reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
+  if (total == 0 && p == NULL) return fw_malloc_fast(0);
+  return fw_realloc(p, total);
+}
+
+static void *fw_aligned(size_t size, size_t alignment) {
+  fw_heap_t *heap = fw_ready_heap();
+  if (fw_unlikely(!heap)) {
+    if (!fw_is_pow2(alignment)) {
+      errno = EINVAL;
+      return NULL;
+    }
+    return fw_thread_alloc(FW_OP_ALIGNED, NULL, size, alignment);
+  }
+  return fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+}
+
+void *fw_malloc_aligned(size_t size, size_t alignment) { return fw_aligned(size, alignment); }
+
+void *fw_aligned_alloc(size_t alignment, size_t size) {
+  /* C17 drops the "size is a multiple of alignment" rule; any power of two */
+  return fw_aligned(size, alignment);
+}
+
+int fw_posix_memalign(void **out, size_t alignment, size_t size) {
+  if (!fw_is_pow2(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
+  int saved = errno;
+  void *p = fw_aligned(size, alignment);
+  if (!p) {
+    int e = errno;
+    errno = saved;
+    return e == EINVAL ? EINVAL : ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+void *fw_memalign(size_t alignment, size_t size) {
+  /* glibc rounds a non-power-of-two alignment up rather than failing */
+  if (!fw_is_pow2(alignment)) {
+    if (alignment > SIZE_MAX / 2 + 1) return fw_enomem();
+    size_t a = 1;
+    while (a < alignment) a <<= 1;
+    alignment = a;
+  }
+  return fw_aligned(size, alignment);
+}
+
+void *fw_valloc(size_t size) { return fw_aligned(size, fw_os_page_size()); }
+
+void *fw_pvalloc(size_t size) {
+  size_t page = fw_os_page_size();
+  if (size > SIZE_MAX - page) return fw_enomem();
+  size_t rounded = size ? fw_align_up(size, page) : page;
+  return fw_aligned(rounded, page);
+}
+
+/* The largest alignment that succeeds whenever the memory is there. Larger
+ * powers of two are accepted too, and fail with ENOMEM only when the
+ * address space cannot place them. */
+size_t fw_max_alignment(void) { return sizeof(size_t) >= 8 ? (size_t)1 << 30 : (size_t)1 << 26; }

@@ -1,0 +1,40 @@
+/* arena.h — address space in FW_SEGMENT_SIZE (4 MiB) chunks. Arenas are
+ * large reservations whose chunks are claimed and released with one atomic
+ * operation on a bitmap word; nothing here knows what a segment is. Each
+ * chunk also carries a "mark" bit and a deadline for the layer above (the
+ * abandoned-segment registry): setting and taking a mark is one atomic too. */
+#ifndef FW_ARENA_H
+#define FW_ARENA_H
+#include "types.h"
+
+/* chunks * FW_SEGMENT_SIZE bytes, FW_SEGMENT_SIZE-aligned; *is_zero tells
+ * whether the memory is known to read as zero. NULL: no address space. */
+FW_HIDDEN void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero);
+/* purge_now: purge at once instead of after FREEWAY_PURGE_DELAY. */
+FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool purge_now);
+/* The process-wide pass over free dirty chunks whose delay is up (all of
+ * them with force); one thread at a time, others skip it. */
+FW_HIDDEN void fw_arena_purge(uint64_t now, bool force);
+FW_HIDDEN bool fw_arena_contains(const void *p);
+/* Unmaps every arena with no chunk in use (for a request that needs address
+ * space of its own); their table slots are reused by later arenas. */
+FW_HIDDEN size_t fw_arena_release_unused(void);
+FW_HIDDEN void *fw_arena_chunk_addr(const fw_arena_t *arena, uint32_t chunk);
+
+/* ---- marks ---------------------------------------------------------------- */
+FW_HIDDEN void fw_arena_mark(fw_arena_t *arena, uint32_t chunk, uint64_t due);
+/* Clears the mark if set; true: this caller cleared it. */
+FW_HIDDEN bool fw_arena_unmark(fw_arena_t *arena, uint32_t chunk);
+/* Clears any one mark; returns its chunk's address, or NULL. */
+FW_HIDDEN void *fw_arena_unmark_any(void);
+/* Clears the next mark (from *cursor on) whose deadline is set and past
+ * (any set deadline with force); returns its chunk's address, or NULL at the
+ * end. *cursor starts at 0. */
+FW_HIDDEN void *fw_arena_unmark_due(uint64_t now, bool force, size_t *cursor);
+FW_HIDDEN size_t fw_arena_marked(void);
+
+FW_HIDDEN void fw_arena_fork_prepare(void);
+FW_HIDDEN void fw_arena_fork_parent(void);
+FW_HIDDEN void fw_arena_fork_child(void);
+
+#endif

@@ -1,0 +1,59 @@
+/* base.h — the bottom layer: compiler attributes and bit tricks. Pure
+ * functions of their arguments: no state, no calls into any other file, so
+ * that every layer may use them (see src/LAYERS). */
+#ifndef FW_BASE_H
+#define FW_BASE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include "freeway.h"
+
+#define FW_HIDDEN __attribute__((visibility("hidden")))
+#define FW_NOINLINE __attribute__((noinline))
+#define FW_COLD __attribute__((cold, noinline))
+#define FW_INLINE static inline __attribute__((always_inline))
+#define fw_likely(x) __builtin_expect(!!(x), 1)
+#define fw_unlikely(x) __builtin_expect(!!(x), 0)
+
+FW_INLINE size_t fw_align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+FW_INLINE size_t fw_align_down(size_t x, size_t a) { return x & ~(a - 1); }
+FW_INLINE bool fw_is_pow2(size_t x) { return x && !(x & (x - 1)); }
+
+/* n low bits set, for 0 <= n <= 64 */
+FW_INLINE uint64_t fw_mask_low(size_t n) { return n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1); }
+FW_INLINE unsigned fw_popcount64(uint64_t x) { return (unsigned)__builtin_popcountll(x); }
+FW_INLINE unsigned fw_ctz64(uint64_t x) { return (unsigned)__builtin_ctzll(x); }
+
+/* The first bit of a run of n >= 1 set bits in mask, or -1. Each step
+ * x &= x >> k keeps the bits that start a run at least k longer, so a run
+ * of n costs O(log n) steps instead of a scan over 64 positions. */
+FW_INLINE int fw_mask_find_run(uint64_t mask, size_t n) {
+  if (n == 0 || n > 64) return -1;
+  uint64_t x = mask;
+  size_t have = 1;
+  for (; have * 2 <= n && x; have *= 2) x &= x >> have;
+  if (have < n) x &= x >> (n - have);
+  return x ? (int)fw_ctz64(x) : -1;
+}
+
+/* The length of the longest run of set bits in x, in O(log n) steps: double
+ * the run length while some run survives, then binary-search the rest. */
+FW_INLINE unsigned fw_mask_longest_run(uint64_t x) {
+  if (!x) return 0;
+  if (x == ~(uint64_t)0) return 64;
+  unsigned n = 1;
+  for (uint64_t y; n < 64 && (y = x & (x >> n)) != 0; n *= 2) x = y;
+  for (unsigned step = n / 2; step; step /= 2) {
+    uint64_t y = x & (x >> step);
+    if (y) {
+      x = y;
+      n += step;
+    }
+  }
+  return n;
+}
+
+#endif

@@ -1,0 +1,32 @@
+/* front.h — the malloc/free front end: every variant of the malloc family
+ * on a heap that is ready (a thread's heap or a user heap; never
+ * fw_heap_empty: the layers above make sure of that), and free of any
+ * pointer. Cautious mode's checks are hooks called from here. */
+#ifndef FW_FRONT_H
+#define FW_FRONT_H
+#include "types.h"
+
+/* Everything the fast path below does not do. */
+FW_HIDDEN void *fw_malloc_generic(fw_heap_t *heap, size_t size);
+FW_HIDDEN void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero);
+FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool zero);
+FW_HIDDEN void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size);
+/* free of anything but the fast path's case; p may be NULL. */
+FW_HIDDEN void fw_free_generic(void *p);
+FW_HIDDEN size_t fw_usable_size(const void *p);
+/* Frees a block that was checked already (a late remote free found on a
+ * recycled heap struct): routed like any other free. */
+FW_HIDDEN void fw_free_unchecked(fw_block_t *b);
+FW_HIDDEN void *fw_enomem(void);
+
+/* The malloc fast path on a ready heap: pop the free list of the page that
+ * direct[size] names. */
+FW_INLINE void *fw_heap_malloc_fast(fw_heap_t *heap, size_t size) {
+  if (fw_likely(size <= FW_DIRECT_MAX)) {
+    fw_page_t *page = heap->direct[size];
+    if (fw_likely(page->free != NULL)) return fw_page_pop(page);
+  }
+  return fw_malloc_generic(heap, size);
+}
+
+#endif

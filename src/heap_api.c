@@ -1,0 +1,147 @@
+/* heap_api.c — the public heap API (fw_heap_*) and fw_collect.
+ *
+ * The contract (freeway.h): a heap belongs to the thread that made it, and
+ * every fw_heap_* call on it but fw_heap_usable_size must come from that
+ * thread. A call from any other thread, or on a heap whose thread has
+ * exited, is refused and changes nothing: reported (rate-limited) with
+ * errno = EPERM in the default mode, reported and aborted in cautious mode.
+ * Checking costs one load and compare per call; without it such a call
+ * would edit the owner's page lists unsynchronised and lose live blocks. */
+#include "fast.h"
+#include "abandon.h"
+#include "arena.h"
+#include "check.h"
+#include "message.h"
+#include "options.h"
+#include <string.h>
+
+FW_COLD static bool fw_heap_misuse(const fw_heap_t *heap, const char *call) {
+  if (fw_opt(CAUTIOUS)) {
+    char what[160];
+    fw_snprintf(what, sizeof what, "%s on a heap that belongs to another thread (or to one that has exited)", call);
+    fw_check_fail(what, heap, 0);
+  }
+  fw_warning("%s: heap %p belongs to another thread (or to one that has exited); call refused\n", call,
+             (const void *)heap);
+  errno = EPERM;
+  return false;
+}
+
+/* NULL and the empty heap (a thread's before its first allocation) are
+ * refused quietly with EINVAL. */
+FW_INLINE bool fw_heap_owned(const fw_heap_t *heap, const char *call) {
+  if (fw_unlikely(!heap || heap == &fw_heap_empty)) {
+    errno = EINVAL;
+    return false;
+  }
+  if (fw_likely(atomic_load_explicit(&((fw_heap_t *)heap)->thread_id, memory_order_relaxed) == fw_thread_id()))
+    return true;
+  return fw_heap_misuse(heap, call);
+}
+
+fw_heap_t *fw_heap_new(void) {
+  fw_heap_t *def = fw_thread_heap();
+  if (!def) return fw_enomem();
+  fw_heap_t *heap = fw_heap_struct_new(def->tld, false);
+  if (!heap) return fw_enomem();
+  return heap;
+}
+
+fw_heap_t *fw_heap_get_default(void) { return fw_thread_heap(); }
+
+void fw_heap_delete(fw_heap_t *heap) {
+  if (!fw_heap_owned(heap, "fw_heap_delete")) return;
+  if (heap->is_default) return;
+  fw_heap_release(heap, heap->tld->heap_default, false);
+  fw_heap_struct_free(heap);
+}
+
+void fw_heap_destroy(fw_heap_t *heap) {
+  if (!fw_heap_owned(heap, "fw_heap_destroy")) return;
+  if (heap->is_default) {
+    fw_warning("fw_heap_destroy: the default heap cannot be destroyed; call refused\n");
+    errno = EPERM;
+    return;
+  }
+  fw_heap_release(heap, NULL, true);
+  fw_heap_struct_free(heap);
+}
+
+void *fw_heap_malloc(fw_heap_t *heap, size_t size) {
+  if (!fw_heap_owned(heap, "fw_heap_malloc")) return NULL;
+  return fw_heap_malloc_fast(heap, size);
+}
+
+void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
+  if (!fw_heap_owned(heap, "fw_heap_calloc")) return NULL;
+  return fw_heap_malloc_zero(heap, total, true);
+}
+
+void *fw_heap_realloc(fw_heap_t *heap, void *p, size_t size) {
+  if (!fw_heap_owned(heap, "fw_heap_realloc")) return NULL;
+  return fw_realloc_ex(heap, p, size);
+}
+
+void *fw_heap_malloc_aligned(fw_heap_t *heap, size_t size, size_t alignment) {
+  if (!fw_heap_owned(heap, "fw_heap_malloc_aligned")) return NULL;
+  return fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+}
+
+size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
+  if (!p || !heap) return 0;
+  if (atomic_load_explicit(&fw_ptr_page(p)->heap, memory_order_relaxed) != heap) return 0;
+  return fw_usable_size(p);
+}
+
+void fw_heap_collect(fw_heap_t *heap, bool force) {
+  if (!heap || heap == &fw_heap_empty) return;
+  if (!fw_heap_owned(heap, "fw_heap_collect")) return;
+  fw_heap_collect_internal(heap, force);
+}
+
+bool fw_heap_contains(const fw_heap_t *heap, const void *p) {
+  if (!fw_heap_owned(heap, "fw_heap_contains")) return false;
+  return p && fw_heap_contains_block(heap, p);
+}
+
+int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {
+  if (!heap || !out || out->size < sizeof(size_t)) {
+    errno = EINVAL;
+    return -1;
+  }
+  fw_heap_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  if (heap != &fw_heap_empty) {
+    if (!fw_heap_owned(heap, "fw_heap_stats")) return -1;
+    fw_heap_stats_of((fw_heap_t *)heap, &s);
+  }
+  size_t n = out->size < sizeof s ? out->size : sizeof s;
+  memcpy(out, &s, n);
+  out->size = n;
+  return 0;
+}
+
+void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
+  if (!heap || !visit || heap == &fw_heap_empty) return;
+  if (!fw_heap_owned(heap, "fw_heap_visit")) return;
+  fw_heap_visit_blocks(heap, visit, arg);
+}
+
+void fw_collect(bool force) {
+  fw_heap_t *heap = fw_tls_heap;
+  uint64_t now = fw_os_clock_ms();
+  if (heap != &fw_heap_empty) {
+    /* adopt what exited threads left, so their freed blocks can go back too */
+    if (force && fw_opt(RECLAIM))
+      for (int i = 0; i < 100000 && fw_abandon_reclaim_one(heap->tld->heap_default); i++) {
+      }
+    for (fw_heap_t *h = heap->tld->heaps; h; h = h->next) fw_heap_collect_internal(h, force);
+  } else {
+    fw_arena_purge(now, force);
+    fw_abandon_purge(now, force);
+  }
+  fw_thread_free_late();
+}

@@ -1,0 +1,112 @@
+/* large.c — large blocks (above 128 KiB): each is one LARGE page, in a span
+ * segment (up to 2 MiB) or in a segment of its own, held in its heap's full
+ * list so that a remote free reaches the heap. See alloc.c for the design. */
+#include "large.h"
+#include "segment.h"
+#include "page.h"
+#include "options.h"
+#include "os.h"
+
+void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
+  page->cls = FW_CLASS_LARGE;
+  page->used = 1;
+  page->capacity = page->reserved = 1;
+  atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
+  atomic_store_explicit(&page->xfree, FW_XFREE_DELAYED, memory_order_relaxed);
+  fw_page_flags_set(page, page->flags | FW_PF_FULL);
+  fw_page_queue_push(heap, &heap->full, page);
+  return page->area;
+}
+
+/* ---- the large-block cache -------------------------------------------------
+ * A large block in a span segment freed by its heap's thread keeps its page
+ * for a while, filed by slice count; the next request of the same slice
+ * count takes it whole. Placing it anew would put its first and last bytes
+ * (often the only pages a big buffer touches at once) on pages never touched
+ * before: a page fault each, and RSS creeping up to the span's full size.
+ * Pages not reused for one to two purge delays go back to their segment
+ * (the idle byte marks those already seen by the previous look). */
+bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
+  size_t n = page->slices, bytes = n * FW_SLICE_SIZE;
+  long delay = fw_opt(PURGE_DELAY);
+  if (n > FW_SPAN_MAX_SLICES || delay == 0 || (page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED)) ||
+      fw_page_segment(page)->kind != FW_KIND_SPAN ||
+      heap->lcache_bytes + bytes > ((size_t)fw_opt(LARGE_CACHE) << 20))
+    return false;
+  page->idle = 0;
+  page->used = 0;
+  page->prev = NULL;
+  page->next = heap->lcache[n];
+  heap->lcache[n] = page;
+  if (!heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
+  heap->lcache_bytes += bytes;
+  return true;
+}
+
+fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices) {
+  if (slices > FW_SPAN_MAX_SLICES) return NULL;
+  fw_page_t *page = heap->lcache[slices];
+  if (!page) return NULL;
+  heap->lcache[slices] = page->next;
+  heap->lcache_bytes -= slices * FW_SLICE_SIZE;
+  page->next = NULL;
+  return page;
+}
+
+/* all: every cached page; else those already marked by the previous look */
+void fw_large_cache_flush(fw_heap_t *heap, bool all) {
+  for (size_t n = 1; n <= FW_SPAN_MAX_SLICES && heap->lcache_bytes; n++) {
+    fw_page_t **link = &heap->lcache[n];
+    while (*link) {
+      fw_page_t *page = *link;
+      if (!all && !page->idle) {
+        page->idle = 1;
+        link = &page->next;
+        continue;
+      }
+      *link = page->next;
+      page->next = NULL;
+      heap->lcache_bytes -= n * FW_SLICE_SIZE;
+      fw_segment_page_free(heap->tld, page);
+    }
+  }
+  long delay = fw_opt(PURGE_DELAY);
+  if (heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
+}
+
+/* A large block that would grow in place into slices held by cached pages:
+ * those give way (they were only waiting for reuse). True if the slices up
+ * to size are free now. */
+static bool fw_large_cache_clear_after(fw_page_t *page, size_t size) {
+  fw_segment_t *seg = fw_page_segment(page);
+  size_t start = (size_t)(page - seg->pages);
+  size_t want = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
+  if (seg->kind != FW_KIND_SPAN || want > FW_SPAN_MAX_SLICES || start + want > FW_SLICES) return false;
+  /* look first, so that nothing is given back for a growth that fails anyway */
+  for (size_t k = start + page->slices; k < start + want;) {
+    fw_page_t *pg = &seg->pages[k];
+    if (pg->flags & FW_PF_UNUSED) { k++; continue; }
+    if ((pg->flags & FW_PF_REDIRECT) || pg->kind != FW_KIND_LARGE || pg->used != 0) return false;
+    k += pg->slices;
+  }
+  for (size_t k = start + page->slices; k < start + want;) {
+    fw_page_t *pg = &seg->pages[k];
+    if (pg->flags & FW_PF_UNUSED) { k++; continue; }
+    size_t n = pg->slices;
+    fw_heap_t *heap = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+    fw_page_t **link = &heap->lcache[n];
+    while (*link && *link != pg) link = &(*link)->next;
+    if (!*link) return false;  /* not a cached page after all */
+    *link = pg->next;
+    pg->next = NULL;
+    heap->lcache_bytes -= n * FW_SLICE_SIZE;
+    fw_segment_page_free(heap->tld, pg);
+    k += n;
+  }
+  return true;
+}
+
+bool fw_large_grow(fw_page_t *page, size_t size) {
+  return fw_segment_span_grow(page, size) ||
+         (fw_large_cache_clear_after(page, size) && fw_segment_span_grow(page, size));
+}

@@ -1,0 +1,19 @@
+/* large.h — blocks above FW_MEDIUM_MAX (128 KiB): one block per LARGE page,
+ * and the heap's cache of freed span pages for reuse. */
+#ifndef FW_LARGE_H
+#define FW_LARGE_H
+#include "types.h"
+
+/* Makes a LARGE page (from the segment layer or the cache) heap's live
+ * block: in the full list, remote frees routed through the heap. */
+FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page);
+/* A freed span page waits in the cache; false if it does not fit there. */
+FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
+FW_HIDDEN fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices);
+/* all: every cached page; else those already seen by the previous look */
+FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
+/* realloc in place: the block grows into the free slices after it, cached
+ * pages there giving way. */
+FW_HIDDEN bool fw_large_grow(fw_page_t *page, size_t size);
+
+#endif

@@ -1,0 +1,14 @@
+/* message.h — formatted diagnostics to standard error, through the OS layer.
+ * Every report freeway makes starts with "freeway: ". */
+#ifndef FW_MESSAGE_H
+#define FW_MESSAGE_H
+#include "base.h"
+
+FW_HIDDEN void fw_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+FW_HIDDEN int fw_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A report of misuse that the default mode survives (the call is refused):
+ * printed for the first few occurrences in the process only, so that a loop
+ * of bad calls cannot flood standard error. */
+FW_HIDDEN void fw_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

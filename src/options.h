@@ -1,0 +1,19 @@
+/* options.h — every tunable, from the one table in options.def. Values are
+ * relaxed atomics: fw_option_set may change a "live" option while other
+ * threads read it, and a plain load is all a read costs on common CPUs. */
+#ifndef FW_OPTIONS_H
+#define FW_OPTIONS_H
+#include "base.h"
+
+#define FW_OPTION(id, name, def, lo, hi, doc) FW_OPT_##id,
+typedef enum {
+#include "options.def"
+  FW_OPT_COUNT_
+} fw_option_id_t;
+#undef FW_OPTION
+FW_HIDDEN extern _Atomic(long) fw_options[FW_OPT_COUNT_];
+FW_HIDDEN void fw_options_init(void);
+FW_HIDDEN void fw_options_print(int fd);
+#define fw_opt(id) atomic_load_explicit(&fw_options[FW_OPT_##id], memory_order_relaxed)
+
+#endif

@@ -1,0 +1,95 @@
+/* os.h — the OS layer: everything freeway asks of the platform, each
+ * primitive with its contract. Only os.c talks to the kernel; a port to
+ * another platform replaces os.c (and fw_thread_id below) and nothing else.
+ * Failures are reported to the caller through return values: this layer
+ * prints nothing and decides nothing. */
+#ifndef FW_OS_H
+#define FW_OS_H
+#include "base.h"
+
+/* The thread pointer: unique among live threads, stable for a thread's
+ * life, read without a call (the free fast path compares it). A new thread
+ * may get the pointer of one that has exited. */
+FW_INLINE uintptr_t fw_thread_id(void) {
+#if defined(__x86_64__)
+  uintptr_t tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  return tp;
+#elif defined(__i386__)
+  uintptr_t tp;
+  __asm__("mov %%gs:0, %0" : "=r"(tp));
+  return tp;
+#elif defined(__aarch64__)
+  uintptr_t tp;
+  __asm__ volatile("mrs %0, tpidr_el0" : "=r"(tp));
+  return tp;
+#else
+  return (uintptr_t)__builtin_thread_pointer();
+#endif
+}
+
+/* Size of an OS page, read from the system once (fw_os_init) and fixed for
+ * the process: 4 KiB on x86, 16 or 64 KiB on some arm64 and ppc64 kernels. */
+FW_HIDDEN size_t fw_os_page_size(void);
+FW_HIDDEN void fw_os_init(void);
+
+/* Maps size bytes of fresh memory, reading as zero, such that
+ * (result + offset) is a multiple of align (a power of two). Address space
+ * is reserved without counting against overcommit (MAP_NORESERVE); pages
+ * are backed as they are touched. NULL when the OS refuses. */
+FW_HIDDEN void *fw_os_map(size_t size, size_t align, size_t offset);
+/* Returns a whole mapping (or a page-aligned part of one) to the OS. */
+FW_HIDDEN void fw_os_unmap(void *p, size_t size);
+/* Gives the memory of [p, p + size) back to the OS and makes it read as
+ * zero. True: every byte of the range now reads as zero, and the whole OS
+ * pages inside it no longer count as resident (the partial pages at either
+ * end, if any, were cleared by writing). False: nothing was done (locked
+ * memory, mlockall, a kernel that refuses), the contents are unchanged and
+ * the memory stays resident: the caller must keep treating it as dirty. */
+FW_HIDDEN bool fw_os_purge(void *p, size_t size);
+/* Asks the kernel not to back the range with transparent huge pages. */
+FW_HIDDEN void fw_os_thp_disable(void *p, size_t size);
+/* True if the page holding p is mapped (a probe; no access is made). */
+FW_HIDDEN bool fw_os_is_mapped(const void *p);
+
+/* Milliseconds of a monotonic clock, cheap enough for every page free
+ * (a few ms of granularity). */
+FW_HIDDEN uint64_t fw_os_clock_ms(void);
+FW_HIDDEN void fw_os_sleep_ms(unsigned ms);
+/* Writes all of s to fd (2: standard error), ignoring errors. */
+FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
+FW_HIDDEN const char *fw_os_getenv(const char *name);
+FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
+/* Number of CPUs this process may run on (at least 1). */
+FW_HIDDEN unsigned fw_os_cpu_count(void);
+
+/* For the internal unit tests: pretend the OS page is this size (a power of
+ * two, at least the real one), to exercise the partial-page rules of
+ * fw_os_purge on a 4 KiB kernel. 0 restores the real size. */
+FW_HIDDEN void fw_os_page_size_override(size_t size);
+
+/* ---- locks ------------------------------------------------------------------
+ * The few process-wide locks (metadata, heap-struct pool, arena growth, the
+ * list of abandoned huge mappings) guard rare paths only. They may be taken
+ * again by the thread that holds them: fork's prepare handler holds them all,
+ * and another library's prepare handler that runs after it on the same
+ * thread may still allocate (a plain mutex would deadlock there). */
+typedef struct fw_lock_s {
+  _Atomic(uintptr_t) owner;  /* thread id of the holder, 0 when free */
+  uint32_t depth;            /* re-entries by the holder */
+} fw_lock_t;
+#define FW_LOCK_INIT {0, 0}
+FW_HIDDEN void fw_lock_acquire(fw_lock_t *l);
+FW_HIDDEN void fw_lock_release(fw_lock_t *l);
+/* In a fork child: the lock is free again, whoever held it. */
+FW_HIDDEN void fw_lock_reset(fw_lock_t *l);
+
+/* ---- internal consistency checks (FW_DEBUG builds) ------------------------ */
+FW_HIDDEN __attribute__((noreturn)) void fw_os_assert_fail(const char *file, int line, const char *cond);
+#ifdef FW_DEBUG
+#define FW_ASSERT(c) ((c) ? (void)0 : fw_os_assert_fail(__FILE__, __LINE__, #c))
+#else
+#define FW_ASSERT(c) ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,45 @@
+/* segment.h — segments: FW_SEGMENT_SIZE-aligned memory owned by one thread
+ * (its tld), split into page slots of one kind; free slots, spans of slices,
+ * and the purge of free slots after FREEWAY_PURGE_DELAY. */
+#ifndef FW_SEGMENT_H
+#define FW_SEGMENT_H
+#include "types.h"
+
+/* A fresh page slot of kind SMALL or MEDIUM from a segment of the thread
+ * with a free slot; with map_new, from a new segment if none has one.
+ * The descriptor comes back with area, block_size (the bytes available),
+ * slices, kind and is_zero set. NULL: none free (or no memory). */
+FW_HIDDEN fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new);
+/* A LARGE page of n slices (1..FW_SPAN_MAX_SLICES) in a span segment. */
+FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new);
+/* A LARGE page in a segment of its own, holding size bytes at an address
+ * aligned to align (any power of two). */
+FW_HIDDEN fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align);
+/* realloc in place: takes the free slices after a span page. */
+FW_HIDDEN bool fw_segment_span_grow(fw_page_t *page, size_t size);
+/* Gives a page's slot(s) back. tld is the owner's, or NULL for a segment
+ * that no thread owns (abandoned, held for a moment by a freeing thread):
+ * then the slots are purged at once, and the segment freed when empty. */
+FW_HIDDEN void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page);
+/* Purges the thread's free slots whose delay is up (all with force) and
+ * frees its empty segments kept past their delay. */
+FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
+
+/* ---- ownership changes (the abandon layer) -------------------------------- */
+/* Takes seg out of tld's lists: thread_id 0, no tld. */
+FW_HIDDEN void fw_segment_detach(fw_tld_t *tld, fw_segment_t *seg);
+/* Makes seg tld's: lists, thread id, purge deadline of its dirty slots. */
+FW_HIDDEN void fw_segment_attach(fw_tld_t *tld, fw_segment_t *seg);
+/* An owned segment with no page in use goes back to its arena / the OS. */
+FW_HIDDEN void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg);
+/* Purges every free dirty slot of a segment nobody owns. */
+FW_HIDDEN void fw_segment_purge_slots_now(fw_segment_t *seg);
+/* The deadline for an abandoned segment's warm free slots: 0 when none. */
+FW_HIDDEN uint64_t fw_segment_abandon_due(fw_segment_t *seg);
+
+FW_HIDDEN extern uint64_t fw_segment_cookie_key;
+FW_INLINE uint64_t fw_segment_cookie(const fw_segment_t *s) {
+  return (uint64_t)(uintptr_t)s ^ fw_segment_cookie_key;
+}
+
+#endif

@@ -1,0 +1,176 @@
+/* thread.c — process and thread life cycle. A thread's data (its tld and
+ * default heap) is built by its first allocation and torn down by a pthread
+ * key destructor at exit: heaps released, live segments abandoned. Key
+ * destructors run in rounds, and one that allocates in the last round runs
+ * after ours with no round left to undo it; so once a thread's teardown has
+ * run, each further allocation builds the data, is served, and tears it
+ * down again at once (slow, but only in a dying thread). See alloc.c. */
+#define _GNU_SOURCE
+#include "thread.h"
+#include "front.h"
+#include "heap.h"
+#include "abandon.h"
+#include "arena.h"
+#include "segment.h"
+#include "page.h"
+#include "meta.h"
+#include "check.h"
+#include "options.h"
+#include "stats.h"
+#include "os.h"
+#include <pthread.h>
+#include <string.h>
+
+static _Atomic(int) fw_process_state; /* 0 none, 1 initialising, 2 ready */
+static pthread_key_t fw_thread_key;
+static fw_lock_t fw_tld_lock = FW_LOCK_INIT;
+static fw_tld_t *fw_tld_pool;                /* guarded by fw_tld_lock */
+static __thread uint8_t fw_tls_exited __attribute__((tls_model("initial-exec")));
+
+static void fw_thread_done(void *arg);
+
+static void fw_fork_prepare(void) {
+  if (atomic_load(&fw_process_state) != 2) return;
+  fw_lock_acquire(&fw_tld_lock);
+  fw_meta_fork_prepare();
+  fw_heap_fork_prepare();
+  fw_abandon_fork_prepare();
+  fw_arena_fork_prepare();
+}
+static void fw_fork_parent(void) {
+  if (atomic_load(&fw_process_state) != 2) return;
+  fw_arena_fork_parent();
+  fw_abandon_fork_parent();
+  fw_heap_fork_parent();
+  fw_meta_fork_parent();
+  fw_lock_release(&fw_tld_lock);
+}
+static void fw_fork_child(void) {
+  if (atomic_load(&fw_process_state) != 2) return;
+  fw_arena_fork_child();
+  fw_abandon_fork_child();
+  fw_heap_fork_child();
+  fw_meta_fork_child();
+  fw_lock_reset(&fw_tld_lock);
+}
+
+void fw_process_init(void) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&fw_process_state, &expected, 1)) {
+    while (atomic_load(&fw_process_state) != 2) fw_os_sleep_ms(0);
+    return;
+  }
+  fw_os_init();
+  fw_options_init();
+  fw_page_tables_init();
+  fw_segment_cookie_key ^= (uint64_t)(uintptr_t)&expected ^ (fw_os_clock_ms() << 32);
+  pthread_key_create(&fw_thread_key, fw_thread_done);
+  fw_check_init();
+  atomic_store(&fw_process_state, 2);
+}
+
+static fw_heap_t *fw_thread_setup(void) {
+  if (atomic_load_explicit(&fw_process_state, memory_order_acquire) != 2) fw_process_init();
+  fw_lock_acquire(&fw_tld_lock);
+  fw_tld_t *tld = fw_tld_pool;
+  if (tld) fw_tld_pool = tld->pool_next;
+  fw_lock_release(&fw_tld_lock);
+  if (!tld) tld = fw_meta_alloc(sizeof(fw_tld_t));
+  if (!tld) return NULL;
+  memset(tld, 0, sizeof *tld);
+  tld->thread_id = fw_thread_id();
+  fw_heap_t *heap = fw_heap_struct_new(tld, true);
+  if (!heap) {
+    fw_lock_acquire(&fw_tld_lock);
+    tld->pool_next = fw_tld_pool;
+    fw_tld_pool = tld;
+    fw_lock_release(&fw_tld_lock);
+    return NULL;
+  }
+  tld->heap_default = heap;
+  fw_tls_heap = heap;
+  if (!fw_tls_exited) pthread_setspecific(fw_thread_key, tld);
+  fw_stat_add(threads, 1);
+  fw_stat_add(threads_total, 1);
+  return heap;
+}
+
+void fw_thread_free_late(void) {
+  for (fw_block_t *b = fw_heap_pool_take_delayed(), *next; b; b = next) {
+    next = b->next;
+    fw_free_unchecked(b);
+  }
+}
+
+static void fw_thread_teardown(fw_tld_t *tld) {
+  /* From here on this thread's frees take the no-heap way */
+  fw_tls_heap = &fw_heap_empty;
+  while (tld->heaps) {
+    fw_heap_t *h = tld->heaps;
+    fw_heap_release(h, NULL, false);
+    fw_heap_struct_free(h);
+  }
+  fw_abandon_segments(tld);
+  /* the segments this thread freed must not wait for another thread's
+   * housekeeping to be purged */
+  uint64_t now = fw_os_clock_ms();
+  fw_arena_purge(now, false);
+  fw_abandon_purge(now, false);
+  fw_stat_sub(threads, 1);
+  fw_lock_acquire(&fw_tld_lock);
+  tld->pool_next = fw_tld_pool;
+  fw_tld_pool = tld;
+  fw_lock_release(&fw_tld_lock);
+  fw_thread_free_late();
+}
+
+static void fw_thread_done(void *arg) {
+  fw_tld_t *tld = arg;
+  fw_tls_exited = 1;
+  if (!tld || fw_tls_heap == &fw_heap_empty || fw_tls_heap->tld != tld) return;
+  fw_thread_teardown(tld);
+}
+
+void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
+  if (fw_unlikely(heap == &fw_heap_empty)) return fw_thread_alloc(FW_OP_MALLOC, NULL, size, 0);
+  return fw_malloc_generic(heap, size);
+}
+
+void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (heap == &fw_heap_empty) {
+    heap = fw_thread_setup();
+    if (!heap) return fw_enomem();
+  }
+  void *r;
+  switch (op) {
+  case FW_OP_MALLOC: r = fw_heap_malloc_fast(heap, size); break;
+  case FW_OP_ZERO: r = fw_heap_malloc_zero(heap, size, true); break;
+  case FW_OP_ALIGNED: r = fw_heap_malloc_aligned_ex(heap, size, align, false); break;
+  case FW_OP_ALIGNED_ZERO: r = fw_heap_malloc_aligned_ex(heap, size, align, true); break;
+  default: r = fw_realloc_ex(heap, p, size); break;
+  }
+  if (fw_unlikely(fw_tls_exited)) {
+    int saved = errno;
+    fw_thread_teardown(heap->tld);
+    errno = saved;
+  }
+  return r;
+}
+
+fw_heap_t *fw_thread_heap(void) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (heap != &fw_heap_empty) return heap;
+  if (fw_tls_exited) return NULL;
+  return fw_thread_setup();
+}
+
+__attribute__((constructor)) static void fw_constructor(void) {
+  fw_process_init();
+  pthread_atfork(fw_fork_prepare, fw_fork_parent, fw_fork_child);
+}
+
+__attribute__((destructor)) static void fw_destructor(void) {
+  if (fw_opt(LEAK_REPORT)) fw_leak_report();
+  if (fw_opt(SHOW_STATS)) fw_stats_print(2);
+}

@@ -1,0 +1,24 @@
+/* thread.h — process and thread life cycle: lazy set-up on the first
+ * allocation, teardown at thread exit, allocation by a thread that has
+ * passed its exit, fork handlers. */
+#ifndef FW_THREAD_H
+#define FW_THREAD_H
+#include "types.h"
+
+FW_HIDDEN void fw_process_init(void);
+/* The fast path missed (fast.h): heap is the thread's pointer, possibly
+ * fw_heap_empty. */
+FW_HIDDEN void *fw_malloc_slow(size_t size, fw_heap_t *heap);
+/* An allocation with no heap ready: the thread's first, or one made after
+ * the thread's exit began (served, then everything abandoned again). */
+enum { FW_OP_MALLOC, FW_OP_ZERO, FW_OP_ALIGNED, FW_OP_ALIGNED_ZERO, FW_OP_REALLOC };
+FW_HIDDEN void *fw_thread_alloc(int op, void *p, size_t size, size_t align);
+/* The thread's default heap, set up if needed; NULL in a thread whose exit
+ * has begun, or without memory. */
+FW_HIDDEN fw_heap_t *fw_thread_heap(void);
+/* Frees blocks that remote frees left on recycled heap structs. */
+FW_HIDDEN void fw_thread_free_late(void);
+/* Reports at exit (report.c). */
+FW_HIDDEN void fw_leak_report(void);
+
+#endif

@@ -1,0 +1,222 @@
+/* types.h — the shapes every layer shares: geometry, the block, page,
+ * segment, heap and thread-data structs, and the address arithmetic that
+ * maps a pointer to its segment and page. Data layout only: the functions
+ * that work on each struct live in its own layer (src/LAYERS lists them,
+ * the design is at the top of alloc.c). */
+#ifndef FW_TYPES_H
+#define FW_TYPES_H
+
+#include "base.h"
+#include "sizeclass.h"
+
+/* ---- geometry ------------------------------------------------------------ */
+#define FW_SEGMENT_SHIFT 22                       /* 4 MiB segments, aligned */
+#define FW_SEGMENT_SIZE ((size_t)1 << FW_SEGMENT_SHIFT)
+#define FW_SEGMENT_MASK (FW_SEGMENT_SIZE - 1)
+#define FW_SLICE_SHIFT 16                         /* 64 KiB slices */
+#define FW_SLICE_SIZE ((size_t)1 << FW_SLICE_SHIFT)
+#define FW_SLICES (FW_SEGMENT_SIZE / FW_SLICE_SIZE) /* 64 */
+#define FW_MEDIUM_PAGE_SLICES 8                    /* 512 KiB medium pages */
+#define FW_PAGE_DESC_SHIFT 7                       /* sizeof(fw_page_t) == 128 */
+#define FW_ARENA_MAX_CHUNKS 64                     /* larger blocks: own mapping */
+#define FW_SPAN_MAX_SLICES 32                      /* 2 MiB: larger blocks get a segment */
+#define FW_MIN_ALIGN 16
+
+typedef struct fw_block_s { struct fw_block_s *next; } fw_block_t;
+typedef struct fw_page_s fw_page_t;
+typedef struct fw_segment_s fw_segment_t;
+typedef struct fw_tld_s fw_tld_t;
+typedef struct fw_arena_s fw_arena_t;
+
+/* Page flags. Any non-zero flag sends a local free to the slow path, so all
+ * rare page states cost the fast path one compare. */
+enum {
+  FW_PF_FULL = 1,      /* in the heap's full list, not in a class queue */
+  FW_PF_ALIGNED = 2,   /* holds blocks handed out at an interior offset */
+  FW_PF_REDIRECT = 4,  /* not a page: a later slice of a multi-slice page */
+  FW_PF_CHECKED = 8,   /* cautious mode: every free is validated */
+  FW_PF_UNUSED = 16,   /* slice not in use as a page */
+};
+
+/* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block).
+ *   SMALL   64 pages of one 64 KiB slice, blocks up to FW_SMALL_MAX (8 KiB)
+ *   MEDIUM  8 pages of 8 slices (512 KiB), blocks up to FW_MEDIUM_MAX (128 KiB)
+ *   SPAN    LARGE pages of 1..FW_SPAN_MAX_SLICES slices, one block each
+ *   LARGE   exactly one LARGE page: bigger blocks and big alignments */
+enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 3 };
+
+/* xfree's low bit: the page is full and remote frees go to the owning heap's
+ * delayed list instead, so the owner learns the page has room again. */
+#define FW_XFREE_DELAYED ((uintptr_t)1)
+
+/* A page: blocks of one size class carved from one or more slices. Owned by
+ * one heap; every field but xfree, heap, flags and tag is touched only by
+ * the owning thread. Exactly 128 bytes so that the free fast path finds the
+ * descriptor of a pointer with a shift and a mask. */
+struct fw_page_s {
+  union {
+    struct {
+      fw_block_t *free;          /* local free list: malloc pops, free pushes */
+      uint32_t used;             /* live blocks, +1 while the page is its queue's head */
+      uint8_t flags;             /* FW_PF_*: zero on the fast path */
+      uint8_t kind;              /* FW_KIND_* */
+      uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
+      uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
+                                    free fast path's single test */
+      size_t block_size;
+      uint32_t capacity;         /* blocks carved into the free list so far */
+      uint32_t reserved;         /* blocks that fit */
+      uint32_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
+      uint32_t slices;           /* slices the page spans */
+      uint8_t *area;             /* first block */
+      _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
+      _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
+      fw_page_t *next, *prev;    /* class queue, full list or large-block cache */
+      uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
+      uint8_t idle;              /* seen unused by the last idle scan / cache look */
+      uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed
+                                    out (zero but for the link word if is_zero) */
+    };
+    uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
+  };
+};
+_Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page descriptor size");
+
+/* A segment: FW_SEGMENT_SIZE-aligned memory whose header holds the page
+ * descriptors, so that a pointer's page is found by arithmetic alone.
+ * Owned by one thread (thread_id); abandoned segments have thread_id 0. */
+struct fw_segment_s {
+  union {
+    struct {
+      _Atomic(uintptr_t) thread_id; /* owner's thread pointer; read by every free */
+      uint8_t kind;
+      uint8_t direct;               /* own mapping, not from an arena */
+      uint8_t in_free_list;
+      uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
+      uint32_t page_slices;         /* slices per page */
+      uint32_t pages_total;
+      uint32_t pages_used;
+      uint64_t free_mask;           /* page slots not in use */
+      uint64_t dirty_mask;          /* free page slots whose memory is not purged */
+      uint64_t purge_due;           /* ms: when the dirty free pages may be purged */
+      size_t size;                  /* bytes spanned */
+      fw_arena_t *arena;            /* source, or NULL for a direct mapping */
+      uint32_t chunk;               /* first chunk in the arena */
+      uint32_t chunks;
+      fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
+      fw_segment_t *next, *prev;    /* tld->segments (all owned) */
+      fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
+      fw_segment_t *anext, *aprev;  /* direct mappings: the abandoned list */
+      uint64_t cookie;              /* proves the header is ours (cautious checks) */
+      uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
+      uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
+      uint8_t abandoned;            /* direct mappings: on the abandoned list */
+    };
+    uint8_t header_raw_[256]; /* the page descriptors start at 256 */
+  };
+  fw_page_t pages[FW_SLICES];
+};
+_Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");
+#define FW_SEGMENT_HEADER (((sizeof(fw_segment_t)) + 4095) & ~(size_t)4095)
+
+typedef struct fw_page_queue_s { fw_page_t *first, *last; } fw_page_queue_t;
+
+/* A heap: the front end. The default heap of each thread is one instance;
+ * fw_heap_new() makes more. direct[size], for size <= FW_DIRECT_MAX (1 KiB),
+ * is indexed by the request size itself (one slot per byte: no rounding on
+ * the fast path) and names the page serving that size's class, or
+ * fw_page_empty, whose free list is always NULL, so that a new heap needs no
+ * "is initialised" test on the fast path. */
+struct fw_heap_s {
+  fw_page_t *direct[FW_DIRECT_SLOTS];
+  fw_tld_t *tld;
+  _Atomic(uintptr_t) thread_id;    /* owner; 0 for a heap struct not in use */
+  fw_page_queue_t queues[FW_CLASS_COUNT + 1];
+  fw_page_queue_t full;
+  fw_heap_t *next, *prev;          /* tld->heaps */
+  fw_heap_t *pool_next;            /* free heap structs */
+  size_t peak_bytes;               /* sampled by fw_heap_stats */
+  uint64_t slow_count;
+  uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
+  fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
+  size_t lcache_bytes;
+  uint64_t lcache_due;             /* ms: next look for cached pages not reused */
+  bool is_default;
+  /* Last, and never cleared when the struct is recycled: a remote free that
+   * read page->heap just before the heap went away may still push here. */
+  _Atomic(fw_block_t *) delayed;   /* remote frees into full pages */
+};
+
+/* Per-thread data: what the thread owns besides its heaps. */
+struct fw_tld_s {
+  uintptr_t thread_id;
+  fw_heap_t *heap_default;
+  fw_heap_t *heaps;                 /* all heaps of the thread */
+  fw_segment_t *segments;           /* all owned segments */
+  fw_segment_t *segments_free[2];   /* small / medium with a free page */
+  fw_segment_t *span_bins[FW_SLICES]; /* span segments by longest free run */
+  uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
+  uint64_t purge_due;               /* earliest dirty page deadline (ms) */
+  size_t segments_empty;            /* owned segments with no page in use */
+  fw_tld_t *pool_next;
+};
+
+/* ---- address arithmetic ----------------------------------------------------
+ * The segment of p is found from p - 1, so that a block that starts exactly
+ * at a segment boundary (a huge alignment: the block is placed one segment
+ * after its header) still maps to its own header. No block ever starts at
+ * offset 0 of its segment otherwise, since the header is there. */
+FW_INLINE fw_segment_t *fw_ptr_segment(const void *p) {
+  return (fw_segment_t *)(((uintptr_t)p - 1) & ~FW_SEGMENT_MASK);
+}
+/* The descriptor of the slice holding p (may be a FW_PF_REDIRECT one). */
+FW_INLINE fw_page_t *fw_ptr_slice(fw_segment_t *seg, const void *p) {
+  uintptr_t off = ((uintptr_t)p >> (FW_SLICE_SHIFT - FW_PAGE_DESC_SHIFT)) &
+                  ((FW_SLICES - 1) << FW_PAGE_DESC_SHIFT);
+  return (fw_page_t *)((uint8_t *)seg->pages + off);
+}
+FW_INLINE fw_page_t *fw_ptr_page(const void *p) {
+  fw_segment_t *seg = fw_ptr_segment(p);
+  fw_page_t *pg = fw_ptr_slice(seg, p);
+  if (__atomic_load_n(&pg->flags, __ATOMIC_RELAXED) & FW_PF_REDIRECT) pg -= pg->slice_offset;
+  return pg;
+}
+FW_INLINE fw_segment_t *fw_page_segment(const fw_page_t *pg) {
+  return (fw_segment_t *)((uintptr_t)pg & ~FW_SEGMENT_MASK);
+}
+
+/* Every change of a page's flags or owner goes through here, keeping the
+ * fast path's tag in step. */
+FW_INLINE void fw_page_flags_set(fw_page_t *pg, unsigned flags) {
+  /* relaxed atomic stores: other threads' frees read both fields */
+  __atomic_store_n(&pg->flags, (uint8_t)flags, __ATOMIC_RELAXED);
+  __atomic_store_n(&pg->tag, flags ? 0 : atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed),
+                   __ATOMIC_RELAXED);
+}
+#define fw_page_flags(pg) __atomic_load_n(&(pg)->flags, __ATOMIC_RELAXED)
+
+/* The size class of a request: 16-byte steps up to 128 bytes (8 for the
+ * first), then 8 classes per doubling; tools/gen_sizeclasses.py generates
+ * the table in sizeclass.h from the same rule. */
+FW_INLINE size_t fw_size_class(size_t size) {
+  if (size <= 128) return size <= 8 ? 1 : ((size + 15) >> 4) + 1;
+  size_t s = size - 1;
+  unsigned b = 63u - (unsigned)__builtin_clzll(s);
+  return 10 + (size_t)(b - 7) * 8 + ((s >> (b - 3)) & 7);
+}
+
+/* ---- the block lists: one pop and one push for every path ----------------- */
+FW_INLINE fw_block_t *fw_page_pop(fw_page_t *page) {
+  fw_block_t *b = page->free;
+  page->free = b->next;
+  page->used++;
+  return b;
+}
+/* Returns true when the page has no live block left. */
+FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
+  b->next = page->free;
+  page->free = b;
+  return --page->used == 0;
+}
+
+#endif
