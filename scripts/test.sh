@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # The whole test run of freeway:
 #   1. installs what it needs (Debian/Ubuntu; skipped when all is present),
-#   2. release build with gcc + ctest (API, heaps, stress, cross-thread,
+#   2. the layering of src/ (tools/check_layers.py against src/LAYERS, and
+#      the checker's own tests), before anything is built,
+#   3. release build with gcc + ctest (API, heaps, stress, cross-thread,
 #      churn, fork, out-of-memory, RSS, LD_PRELOAD and static flavours, real
 #      programs under LD_PRELOAD),
-#   3. build of everything with clang (-Werror) and its fw_* C tests,
-#   4. AddressSanitizer + UBSan build of the fw_* tests,
-#   5. ThreadSanitizer build of the multi-threaded tests,
-#   6. 32-bit (-m32) build and its tests (all but the real programs, which
+#   4. build of everything with clang (-Werror) and its fw_* C tests,
+#   5. AddressSanitizer + UBSan build of the fw_* tests,
+#   6. ThreadSanitizer build of the multi-threaded tests,
+#   7. 32-bit (-m32) build and its tests (all but the real programs, which
 #      are 64-bit binaries of the system).
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "release clang asan tsan m32").
+#   FW_TEST_STAGES (default "layers release clang asan tsan m32").
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"release clang asan tsan m32"}
+stages=${FW_TEST_STAGES:-"layers release clang asan tsan m32"}
 
 log() { printf '\n==== %s\n' "$*"; }
 
@@ -106,6 +108,27 @@ build() {
 }
 
 # ---- stages ----------------------------------------------------------------------
+# Needs no build, so a call that breaks the layering is reported first.
+# The same two checks are the ctest tests layers.selftest and layers.check,
+# and FW_KNOWN_FAILING skips them here too.
+stage_layers() {
+  log "layers of src/ (tools/check_layers.py)"
+  local pass=0 fail=0 name script
+  for name in layers.selftest:tools/test_check_layers.py layers.check:tools/check_layers.py; do
+    script=${name#*:}
+    name=${name%%:*}
+    if [ -n "$known_failing" ] && grep -Eq -- "$known_failing" <<<"$name"; then
+      echo "NOTE: skipping $name (FW_KNOWN_FAILING)"
+      continue
+    fi
+    if python3 "$script"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  done
+  total_pass=$((total_pass + pass))
+  total_fail=$((total_fail + fail))
+  summary+=("layers: $pass passed, $fail failed")
+  [ "$fail" -eq 0 ] || failed_stages+=("layers")
+}
+
 stage_release() {
   log "release build (gcc)"
   build release build cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
