@@ -89,8 +89,11 @@ fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls) {
   /* Adopt what exited threads left before mapping more. Adoption is always
    * into the thread's default heap (whose the live blocks then are); this
    * heap takes a fresh slot of the adopted segment. */
-  for (int i = 0; !page && i < 16 && fw_opt(RECLAIM) && fw_abandon_reclaim_one(tld->heap_default); i++)
+  for (int i = 0; !page && i < 16 && fw_opt(RECLAIM) && fw_abandon_reclaim_one(tld->heap_default); i++) {
+    /* an adopted page of this class with room beats a fresh slot */
+    if (heap == tld->heap_default && (page = fw_page_queue_find(heap, cls)) != NULL) return page;
     page = fw_segment_page_alloc(tld, kind, false);
+  }
   if (!page) page = fw_segment_page_alloc(tld, kind, true);
   if (!page) return NULL;
   fw_page_init(page, heap, cls, bs);
