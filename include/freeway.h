@@ -57,16 +57,31 @@ FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(2) void *fw_memalign(size_t alignment, size_
 FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(1) void *fw_valloc(size_t size);
 FW_API FW_MALLOC_ATTR void *fw_pvalloc(size_t size);
 
-/* The largest alignment the allocator supports (at least 1 MiB). */
+/* The largest alignment that succeeds whenever the memory is there (1 GiB on
+ * 64-bit systems). Any larger power of two is accepted as well and fails
+ * with ENOMEM only when the address space cannot place it. */
 FW_API size_t fw_max_alignment(void);
 
 /* ---- Heaps (heap groups) ----------------------------------------------- */
-/* A heap is a set of pages owned by the thread that created it. Blocks of any
- * heap may be freed with fw_free() from any thread. Allocating from a heap
- * from another thread than its creator is misuse: it is reported and aborts
- * in cautious mode (FREEWAY_CAUTIOUS=1), and is undefined otherwise. */
-typedef struct fw_heap_s fw_heap_t;
-
+/* A heap is a set of pages owned by the thread that created it.
+ *
+ * Thread contract:
+ * - Blocks of any heap may be freed (fw_free, free, realloc, delete) from
+ *   any thread, at any time, also after the heap's thread has exited.
+ * - Every other fw_heap_* call on a heap must come from the thread that
+ *   created it; fw_heap_usable_size is the one exception. A call from any
+ *   other thread is refused and changes nothing: allocation calls return
+ *   NULL, fw_heap_stats returns -1, fw_heap_contains returns false, the
+ *   others do nothing; errno is set to EPERM and the misuse is reported on
+ *   standard error (the first few times). In cautious mode
+ *   (FREEWAY_CAUTIOUS=1) it is reported with the heap's address and the
+ *   process aborts.
+ * - A heap ends with its thread: when the thread exits, the heap's live
+ *   blocks stay valid (any thread may free them) and the handle is dead;
+ *   calls on it are refused as above.
+ * - A NULL heap is refused with EINVAL.
+ * A heap holds only the blocks allocated from it: memory left by exited
+ * threads is adopted by default heaps only. */
 FW_API fw_heap_t *fw_heap_new(void);
 /* Live blocks stay valid and move to the calling thread's default heap. */
 FW_API void fw_heap_delete(fw_heap_t *heap);
@@ -81,7 +96,8 @@ FW_API size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p);
 /* Folds in blocks freed by other threads and returns empty pages; force also
  * releases cached memory to the OS at once. */
 FW_API void fw_heap_collect(fw_heap_t *heap, bool force);
-/* The calling thread's default heap. */
+/* The calling thread's default heap (NULL once the thread's exit has begun:
+ * a key destructor that runs after freeway's). */
 FW_API fw_heap_t *fw_heap_get_default(void);
 /* True if p was handed out by heap and is still live. */
 FW_API bool fw_heap_contains(const fw_heap_t *heap, const void *p);
@@ -149,7 +165,7 @@ FW_API long fw_option_get(const char *name);
 FW_API int fw_option_set(const char *name, long value);
 
 /* ---- Leak search and heap walking -------------------------------------- */
-/* Calls visit for every live block of heap (which the calling thread owns);
+/* Calls visit for every live block of heap (owner thread only, see above);
  * stops when visit returns false. FREEWAY_LEAK_REPORT=1 uses it at exit. */
 typedef bool fw_block_visitor_t(const void *block, size_t usable_size, void *arg);
 FW_API void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg);
