@@ -14,22 +14,18 @@
 #endif
 
 static size_t fw_page_size_real;
-static size_t fw_page_size_used;
+size_t fw_os_page = 4096;
 
 void fw_os_init(void) {
+  if (fw_page_size_real) return;
   long v = sysconf(_SC_PAGESIZE);
-  fw_page_size_real = v > 0 ? (size_t)v : 4096;
-  if (!fw_page_size_used) fw_page_size_used = fw_page_size_real;
-}
-
-size_t fw_os_page_size(void) {
-  if (fw_unlikely(!fw_page_size_used)) fw_os_init();
-  return fw_page_size_used;
+  fw_page_size_real = v > 0 && fw_is_pow2((size_t)v) ? (size_t)v : 4096;
+  fw_os_page = fw_page_size_real;
 }
 
 void fw_os_page_size_override(size_t size) {
-  if (!fw_page_size_real) fw_os_init();
-  fw_page_size_used = size >= fw_page_size_real && fw_is_pow2(size) ? size : fw_page_size_real;
+  fw_os_init();
+  fw_os_page = size >= fw_page_size_real && fw_is_pow2(size) ? size : fw_page_size_real;
 }
 
 static void *fw_mmap(size_t size) {

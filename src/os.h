@@ -30,7 +30,8 @@ FW_INLINE uintptr_t fw_thread_id(void) {
 
 /* Size of an OS page, read from the system once (fw_os_init) and fixed for
  * the process: 4 KiB on x86, 16 or 64 KiB on some arm64 and ppc64 kernels. */
-FW_HIDDEN size_t fw_os_page_size(void);
+FW_HIDDEN extern size_t fw_os_page;  /* set by fw_os_init; 4096 until then */
+FW_INLINE size_t fw_os_page_size(void) { return fw_os_page; }
 FW_HIDDEN void fw_os_init(void);
 
 /* Maps size bytes of fresh memory, reading as zero, such that
