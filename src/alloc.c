@@ -151,6 +151,7 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
   if (fw_unlikely((++heap->slow_count & 63) == 0)) {
     fw_heap_housekeeping(heap, false);
     fw_heap_retire_idle(heap);
+    if ((heap->slow_count & 4095) == 0) FW_VALIDATE_HEAP(heap);
   }
   if (fresh) *fresh = false;
   if (size > FW_MEDIUM_MAX) {

@@ -217,7 +217,6 @@ void fw_heap_retire_idle(fw_heap_t *heap) {
 
 void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
   FW_VALIDATE_HEAP(heap);
-  fw_large_cache_flush(heap, true);
   /* 1. stop routing remote frees here */
   for (fw_page_t *pg = heap->full.first; pg; pg = pg->next)
     atomic_fetch_and_explicit(&pg->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
@@ -254,6 +253,9 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
       }
     }
   }
+  /* 4. last, since folding in the delayed frees above may retire large
+   * pages into the cache: one left there would keep its segment alive */
+  fw_large_cache_flush(heap, true);
   for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
 }
 

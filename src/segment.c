@@ -262,6 +262,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
   pg->is_zero = is_zero;
   fw_span_redirect(pg, 1, n);
   fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
+  FW_VALIDATE_SEGMENT(seg);
   return pg;
 }
 
@@ -297,6 +298,7 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
   bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
   if (seg->pages_used++ == 0) tld->segments_empty--;
   fw_page_slot_setup(seg, slot, is_zero);
+  FW_VALIDATE_SEGMENT(seg);
   return &seg->pages[slot * seg->page_slices];
 }
 
@@ -386,6 +388,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   page->used = 0;
   fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;
+  FW_ASSERT(seg->kind == FW_KIND_LARGE || !(seg->free_mask & (uint64_t)1 << ((size_t)(page - seg->pages) / seg->page_slices)));
   if (seg->kind == FW_KIND_LARGE) {
     if (tld) fw_segment_free(tld, seg);
     else fw_segment_release(seg, true);
@@ -419,6 +422,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
     tld->segments_empty++;
   }
   fw_segment_release_slots(tld, seg, bits);
+  FW_VALIDATE_SEGMENT(seg);
 }
 
 /* A slot is purged between one and two delays after its page was freed:
@@ -449,6 +453,45 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   tld->purge_due = next;
 }
 
+#ifdef FW_DEBUG
+/* Internal consistency: slot masks, page descriptors and counts agree. */
+void fw_segment_validate(const fw_segment_t *seg) {
+  FW_ASSERT(seg->cookie == fw_segment_cookie(seg));
+  FW_ASSERT(seg->size == (size_t)seg->chunks * FW_SEGMENT_SIZE);
+  if (seg->kind == FW_KIND_LARGE) {
+    FW_ASSERT(seg->pages_used <= 1 && seg->free_mask == 0);
+    return;
+  }
+  uint64_t all = fw_mask_low(seg->pages_total);
+  FW_ASSERT((seg->free_mask & ~all) == 0);
+  FW_ASSERT((seg->dirty_mask & ~seg->free_mask) == 0);
+  FW_ASSERT((seg->purged_mask & ~seg->free_mask) == 0);
+  FW_ASSERT((seg->dirty_mask & seg->purged_mask) == 0);
+  size_t used = 0;
+  for (size_t slot = 0; slot < seg->pages_total;) {
+    const fw_page_t *pg = &seg->pages[slot * seg->page_slices];
+    bool is_free = (seg->free_mask >> slot) & 1;
+    if (seg->kind == FW_KIND_SPAN && slot == 0) {
+      FW_ASSERT(!is_free);
+      slot++;
+      continue;
+    }
+    if (is_free) {
+      FW_ASSERT(pg->flags & FW_PF_UNUSED);
+      slot++;
+      continue;
+    }
+    FW_ASSERT(!(pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)));
+    used++;
+    size_t n = seg->kind == FW_KIND_SPAN ? pg->slices : 1;
+    FW_ASSERT(n >= 1 && slot + n <= seg->pages_total);
+    for (size_t k = 1; k < n; k++) FW_ASSERT((pg[k].flags & FW_PF_REDIRECT) && pg[k].slice_offset == k);
+    slot += n;
+  }
+  FW_ASSERT(used == seg->pages_used);
+}
+#endif
+
 /* ---- ownership changes ------------------------------------------------------ */
 uint64_t fw_segment_abandon_due(fw_segment_t *seg) {
   long delay = fw_opt(PURGE_DELAY);
@@ -465,6 +508,7 @@ void fw_segment_detach(fw_tld_t *tld, fw_segment_t *seg) {
 
 void fw_segment_attach(fw_tld_t *tld, fw_segment_t *seg) {
   FW_ASSERT(seg->tld == NULL);
+  FW_VALIDATE_SEGMENT(seg);
   seg->anext = seg->aprev = NULL;
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);

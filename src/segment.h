@@ -37,6 +37,13 @@ FW_HIDDEN void fw_segment_purge_slots_now(fw_segment_t *seg);
 /* The deadline for an abandoned segment's warm free slots: 0 when none. */
 FW_HIDDEN uint64_t fw_segment_abandon_due(fw_segment_t *seg);
 
+#ifdef FW_DEBUG
+FW_HIDDEN void fw_segment_validate(const fw_segment_t *seg);
+#define FW_VALIDATE_SEGMENT(s) fw_segment_validate(s)
+#else
+#define FW_VALIDATE_SEGMENT(s) ((void)0)
+#endif
+
 FW_HIDDEN extern uint64_t fw_segment_cookie_key;
 FW_INLINE uint64_t fw_segment_cookie(const fw_segment_t *s) {
   return (uint64_t)(uintptr_t)s ^ fw_segment_cookie_key;

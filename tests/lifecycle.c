@@ -379,12 +379,60 @@ static void t_option_race(void) {
   X.collect(true);
 }
 
+
+/* ---- large blocks freed remotely just before their thread exits -------------
+ * The blocks' pages are full, so the frees wait on the owner's delayed list;
+ * the owner folds them in at exit, which retires each page. A page retired
+ * into the large-block cache after the cache was flushed would stay there,
+ * its segment abandoned with nothing live in it for ever. */
+#define LX_BLOCKS 24
+static void *lx_blocks[LX_BLOCKS];
+static atomic_int lx_stage;
+
+static void *lx_owner(void *arg) {
+  (void)arg;
+  for (int i = 0; i < LX_BLOCKS; i++) {
+    lx_blocks[i] = A.malloc((size_t)(192 + 64 * (i % 4)) << 10);
+    CHECK(lx_blocks[i] != NULL);
+    memset(lx_blocks[i], 0x5a, 4096);
+  }
+  atomic_store(&lx_stage, 1);
+  while (atomic_load(&lx_stage) != 2) sched_yield();
+  return NULL; /* exits without another allocation */
+}
+
+static void *lx_freer(void *arg) {
+  (void)arg;
+  while (atomic_load(&lx_stage) != 1) sched_yield();
+  for (int i = 0; i < LX_BLOCKS; i++) A.free(lx_blocks[i]);
+  atomic_store(&lx_stage, 2);
+  return NULL;
+}
+
+static void t_large_cached_at_exit(void) {
+  for (int round = 0; round < 8; round++) {
+    fw_stats_t s0, s1;
+    fwt_stats(&s0);
+    atomic_store(&lx_stage, 0);
+    pthread_t a, b;
+    CHECK(pthread_create(&a, NULL, lx_owner, NULL) == 0);
+    CHECK(pthread_create(&b, NULL, lx_freer, NULL) == 0);
+    CHECK(pthread_join(b, NULL) == 0);
+    CHECK(pthread_join(a, NULL) == 0);
+    fwt_stats(&s1);
+    CHECKF(s1.segments_abandoned <= s0.segments_abandoned,
+           "round %d: a thread whose large blocks were all freed left %zu abandoned segments (%zu before)", round,
+           s1.segments_abandoned, s0.segments_abandoned);
+  }
+}
+
 static const fwt_section sections[] = {
   {"huge_remote_free", t_huge_remote_free},
   {"free_only_thread", t_free_only_thread},
   {"key_dtor_keep", t_key_dtor_keep},
   {"key_dtor_free", t_key_dtor_free},
   {"option_race", t_option_race},
+  {"large_cached_at_exit", t_large_cached_at_exit},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
