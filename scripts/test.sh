@@ -10,17 +10,19 @@
 #   5. AddressSanitizer + UBSan build of the fw_* tests,
 #   6. ThreadSanitizer build of the multi-threaded tests,
 #   7. 32-bit (-m32) build and its tests (all but the real programs, which
-#      are 64-bit binaries of the system).
+#      are 64-bit binaries of the system),
+#   8. debug build (-DFW_DEBUG=ON: internal assertions and validators of
+#      pages, segments, queues and heaps) and the whole suite on it.
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "layers release clang asan tsan m32").
+#   FW_TEST_STAGES (default "layers release clang asan tsan m32 debug").
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"layers release clang asan tsan m32"}
+stages=${FW_TEST_STAGES:-"layers release clang asan tsan m32 debug"}
 
 log() { printf '\n==== %s\n' "$*"; }
 
@@ -175,6 +177,15 @@ stage_m32() {
     build m32 build-m32 cmake --build build-m32 -j "$jobs" || return
   log "32-bit tests"
   run_ctest m32 build-m32 -E '^real\.' --timeout 900
+}
+
+stage_debug() {
+  log "debug build (FW_DEBUG=ON: internal consistency checks)"
+  build debug build-debug cmake -S . -B build-debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFW_DEBUG=ON \
+    -DFW_BUILD_BENCH=OFF &&
+    build debug build-debug cmake --build build-debug -j "$jobs" || return
+  log "debug tests (the whole suite)"
+  run_ctest debug build-debug --timeout 900
 }
 
 start=$(date +%s)
