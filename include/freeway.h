@@ -58,7 +58,7 @@ FW_API FW_MALLOC_ATTR FW_ALLOC_SIZE(1) void *fw_valloc(size_t size);
 FW_API FW_MALLOC_ATTR void *fw_pvalloc(size_t size);
 
 /* The largest alignment that succeeds whenever the memory is there (1 GiB on
- * 64-bit systems). Any larger power of two is accepted as well and fails
+ * 64-bit systems, 16 MiB on 32-bit ones). Any larger power of two is accepted as well and fails
  * with ENOMEM only when the address space cannot place it. */
 FW_API size_t fw_max_alignment(void);
 

@@ -112,7 +112,8 @@ void *fw_pvalloc(size_t size) {
   return fw_aligned(rounded, page);
 }
 
-/* The largest alignment that succeeds whenever the memory is there. Larger
- * powers of two are accepted too, and fail with ENOMEM only when the
- * address space cannot place them. */
-size_t fw_max_alignment(void) { return sizeof(size_t) >= 8 ? (size_t)1 << 30 : (size_t)1 << 26; }
+/* The largest alignment that succeeds whenever the memory is there (on
+ * 32-bit systems, while the address space has room for a few dozen such
+ * blocks). Larger powers of two are accepted too, and fail with ENOMEM only
+ * when the address space cannot place them. */
+size_t fw_max_alignment(void) { return sizeof(size_t) >= 8 ? (size_t)1 << 30 : (size_t)1 << 24; }

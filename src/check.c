@@ -31,7 +31,7 @@ void fw_check_init(void) {
   }
 }
 
-bool fw_check_pointer(const void *p) { return fw_page_of_pointer(p) != NULL; }
+bool fw_check_pointer(const void *p) { return fw_page_of_pointer(p, 0) != NULL; }
 
 static uint8_t *fw_block_end(const fw_page_t *pg, const void *b) {
   return (uint8_t *)b + pg->block_size;

@@ -318,7 +318,8 @@ static void fw_page_free_map(const fw_page_t *pg, uint8_t *map, size_t n) {
 }
 
 bool fw_heap_contains_block(const fw_heap_t *heap, const void *p) {
-  const fw_page_t *pg = fw_page_of_pointer(p);
+  const fw_page_t *pg =
+      fw_page_of_pointer(p, atomic_load_explicit(&((fw_heap_t *)heap)->thread_id, memory_order_relaxed));
   if (!pg || atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed) != heap) return false;
   if (pg->kind == FW_KIND_LARGE) return pg->used > 0;
   size_t i = (size_t)((const uint8_t *)p - pg->area) / pg->block_size;

@@ -244,10 +244,11 @@ void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
   }
 }
 
-fw_page_t *fw_page_of_pointer(const void *p) {
+fw_page_t *fw_page_of_pointer(const void *p, uintptr_t owner) {
   if (!p || ((uintptr_t)p & 7)) return NULL;
   fw_segment_t *seg = fw_ptr_segment(p);
   if (!fw_arena_contains(p) && !fw_os_is_mapped(seg)) return NULL;
+  if (owner && atomic_load_explicit(&seg->thread_id, memory_order_acquire) != owner) return NULL;
   if (seg->cookie != fw_segment_cookie(seg)) return NULL;
   fw_page_t *pg = fw_ptr_slice(seg, p);
   if (pg->flags & FW_PF_REDIRECT) {

@@ -33,8 +33,11 @@ FW_HIDDEN void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls);
 FW_HIDDEN void fw_page_free_remote(fw_page_t *page, fw_block_t *b);
 /* The page of a pointer freeway may not have handed out (validated: mapped,
  * a segment header of ours, a page in use, inside its carved blocks), or
- * NULL. Slow: for cautious mode and queries, never for plain frees. */
-FW_HIDDEN fw_page_t *fw_page_of_pointer(const void *p);
+ * NULL. With owner non-zero, the segment must be that thread's; this is
+ * tested first, with an atomic load, so that a query about memory another
+ * thread may be reusing reads nothing else of it. Slow: for cautious mode
+ * and queries, never for plain frees. */
+FW_HIDDEN fw_page_t *fw_page_of_pointer(const void *p, uintptr_t owner);
 FW_HIDDEN fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p);
 FW_HIDDEN size_t fw_page_usable(const fw_page_t *page, const void *p);
 /* Live blocks of a page, without the queue head's extra count. */

@@ -119,8 +119,11 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
   if (!mem) return NULL;
   fw_segment_t *seg = (fw_segment_t *)mem;
   /* Only the header part is written: a reused chunk keeps stale page
-   * descriptors, which are all rewritten below before anyone reads them. */
-  memset(seg, 0, offsetof(fw_segment_t, pages));
+   * descriptors, which are all rewritten below before anyone reads them.
+   * thread_id is left to its atomic store: another thread may be asking
+   * whether a pointer it freed a moment ago (in this memory's previous
+   * life) is still in one of its heaps (fw_page_of_pointer). */
+  memset((uint8_t *)seg + sizeof seg->thread_id, 0, offsetof(fw_segment_t, pages) - sizeof seg->thread_id);
   seg->kind = (uint8_t)kind;
   seg->direct = arena == NULL;
   seg->arena = arena;

@@ -117,6 +117,7 @@ struct fw_segment_s {
   fw_page_t pages[FW_SLICES];
 };
 _Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");
+_Static_assert(offsetof(struct fw_segment_s, thread_id) == 0, "thread_id first: fw_segment_new clears what follows");
 #define FW_SEGMENT_HEADER (((sizeof(fw_segment_t)) + 4095) & ~(size_t)4095)
 
 typedef struct fw_page_queue_s { fw_page_t *first, *last; } fw_page_queue_t;

@@ -591,7 +591,7 @@ static void *dead_thread(void *arg) {
 static void *dead_free_thread(void *arg) {
   (void)arg;
   for (size_t i = 0; i < DN; i++) {
-    if (!dead_b[i].p || i % 2 == 0) continue;
+    if (i % 2 == 0 || !dead_b[i].p) continue; /* the even ones are the main thread's */
     bcheck(&dead_b[i]);
     A.free(dead_b[i].p);
     dead_b[i].p = NULL;
