@@ -3,7 +3,8 @@
 #   1. installs what it needs (Debian/Ubuntu; skipped when all is present),
 #   2. release build with gcc + ctest (API, heaps, stress, cross-thread,
 #      churn, fork, out-of-memory, RSS, LD_PRELOAD and static flavours, real
-#      programs under LD_PRELOAD),
+#      programs under LD_PRELOAD, the install tree moved elsewhere and used
+#      through pkg-config and find_package),
 #   3. build of everything with clang (-Werror) and its fw_* C tests,
 #   4. AddressSanitizer + UBSan build of the fw_* tests,
 #   5. ThreadSanitizer build of the multi-threaded tests,
@@ -23,7 +24,7 @@ stages=${FW_TEST_STAGES:-"release clang asan tsan m32"}
 log() { printf '\n==== %s\n' "$*"; }
 
 # ---- dependencies -----------------------------------------------------------
-need_cmds="cmake make gcc g++ clang sqlite3 python3 git gzip awk"
+need_cmds="cmake make gcc g++ clang sqlite3 python3 git gzip awk pkg-config"
 install_deps() {
   local missing=() c
   for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
@@ -52,8 +53,9 @@ install_deps() {
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q || return 1
   $sudo apt-get install -y -q --no-install-recommends cmake make gcc g++ clang sqlite3 \
-    python3 git gzip gawk libc6-dev libasan8 libubsan1 libtsan2 gcc-multilib g++-multilib ||
-    $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk libc6-dev ||
+    python3 git gzip gawk pkg-config libc6-dev libasan8 libubsan1 libtsan2 gcc-multilib g++-multilib ||
+    $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk pkg-config \
+      libc6-dev ||
     return 1
 }
 
