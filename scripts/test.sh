@@ -5,7 +5,8 @@
 #      the checker's own tests), before anything is built,
 #   3. release build with gcc + ctest (API, heaps, stress, cross-thread,
 #      churn, fork, out-of-memory, RSS, LD_PRELOAD and static flavours, real
-#      programs under LD_PRELOAD),
+#      programs under LD_PRELOAD, the install tree moved elsewhere and used
+#      through pkg-config and find_package),
 #   4. build of everything with clang (-Werror) and its fw_* C tests,
 #   5. AddressSanitizer + UBSan build of the fw_* tests,
 #   6. ThreadSanitizer build of the multi-threaded tests,
@@ -27,7 +28,7 @@ stages=${FW_TEST_STAGES:-"layers release clang asan tsan m32 debug"}
 log() { printf '\n==== %s\n' "$*"; }
 
 # ---- dependencies -----------------------------------------------------------
-need_cmds="cmake make gcc g++ clang sqlite3 python3 git gzip awk"
+need_cmds="cmake make gcc g++ clang sqlite3 python3 git gzip awk pkg-config"
 install_deps() {
   local missing=() c
   for c in $need_cmds; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
@@ -56,8 +57,9 @@ install_deps() {
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q || return 1
   $sudo apt-get install -y -q --no-install-recommends cmake make gcc g++ clang sqlite3 \
-    python3 git gzip gawk libc6-dev libasan8 libubsan1 libtsan2 gcc-multilib g++-multilib ||
-    $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk libc6-dev ||
+    python3 git gzip gawk pkg-config libc6-dev libasan8 libubsan1 libtsan2 gcc-multilib g++-multilib ||
+    $sudo apt-get install -y -q cmake make gcc g++ clang sqlite3 python3 git gzip gawk pkg-config \
+      libc6-dev ||
     return 1
 }
 
