@@ -82,6 +82,8 @@ FW_API size_t fw_max_alignment(void);
  * - A NULL heap is refused with EINVAL.
  * A heap holds only the blocks allocated from it: memory left by exited
  * threads is adopted by default heaps only. */
+typedef struct fw_heap_s fw_heap_t;
+
 FW_API fw_heap_t *fw_heap_new(void);
 /* Live blocks stay valid and move to the calling thread's default heap. */
 FW_API void fw_heap_delete(fw_heap_t *heap);
