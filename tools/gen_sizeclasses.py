@@ -6,10 +6,13 @@ is 16-byte aligned, as C requires for max_align_t), then eight classes per doubl
 (2^b + k * 2^(b-3), k = 1..8) up to FW_MEDIUM_MAX. Eight steps per doubling
 bound the internal waste of any request above 128 bytes by 12.5 %; below
 that the 16-byte granule bounds it by 15 bytes. The C function fw_size_class() in
-src/internal.h computes the same mapping arithmetically; the table is checked
-against it at start-up in cautious mode and by the unit tests.
+src/types.h computes the same mapping arithmetically; the table is checked
+against it at start-up (src/check.c) and for every size by the unit test
+internal.sizeclass (tests/internal/sizeclass.c).
 
-Usage: tools/gen_sizeclasses.py > src/sizeclass.h   (CI regenerates and diffs)
+Usage: tools/gen_sizeclasses.py > src/sizeclass.h
+The ctest test internal.sizeclass_table regenerates the table into a
+temporary file and fails if it differs from the committed src/sizeclass.h.
 """
 SMALL_MAX = 8 * 1024          # blocks up to this size live on 64 KiB pages
 MEDIUM_MAX = 128 * 1024       # and up to this on 512 KiB pages
