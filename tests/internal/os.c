@@ -1,0 +1,302 @@
+/* os.c — the OS layer's contracts (os.h): fw_os_map's placement, fw_os_purge
+ * (zero over exactly the range, whole pages dropped, partial pages cleared
+ * by writing, nothing done on locked memory) including a pretended 64 KiB
+ * page, and the recursive lock. */
+#include "itest.h"
+#include "os.h"
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static size_t real_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* Offset of the first byte of [p, p+n) that is not c, or SIZE_MAX. */
+static size_t first_not(const uint8_t *p, size_t n, uint8_t c) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != c) return i;
+  return SIZE_MAX;
+}
+
+/* Whether the real OS page holding p is resident (mincore). */
+static bool resident(const void *p) {
+  unsigned char v = 0;
+  uintptr_t pg = (uintptr_t)p & ~(uintptr_t)(real_page() - 1);
+  CHECK(mincore((void *)pg, 1, &v) == 0);
+  return v & 1;
+}
+
+/* ---- fw_os_map ------------------------------------------------------------ */
+static void map_case(size_t size, size_t align, size_t offset) {
+  uint8_t *p = fw_os_map(size, align, offset);
+  CHECKF(p != NULL, "fw_os_map(%zu, %zu, %zu)", size, align, offset);
+  size_t a = align < real_page() ? real_page() : align;
+  CHECKF((((uintptr_t)p + offset) & (a - 1)) == 0, "fw_os_map(%zu, %zu, %zu) = %p", size, align, offset,
+         (void *)p);
+  /* a mapping of its own: every page of it is there, and reads as zero */
+  for (size_t off = 0; off < size; off += real_page()) CHECK(fw_os_is_mapped(p + off));
+  CHECK(fw_os_is_mapped(p + size - 1));
+  CHECKF(first_not(p, size, 0) == SIZE_MAX, "fw_os_map(%zu, %zu, %zu): not zero", size, align, offset);
+  p[0] = 1;
+  p[size - 1] = 2;
+  fw_os_unmap(p, size);
+  CHECKF(!fw_os_is_mapped(p) && !fw_os_is_mapped(p + size - 1), "fw_os_unmap(%p, %zu) left it mapped",
+         (void *)p, size);
+}
+
+static void t_os_map(void) {
+  fw_os_init();
+  CHECK(fw_os_page_size() == real_page());
+  CHECK(fw_os_map(0, 0, 0) == NULL);
+  const size_t page = real_page();
+  const size_t sizes[] = {1, page, 3 * page + 5, (size_t)1 << 20, ((size_t)4 << 20) + page};
+  const size_t aligns[] = {1, page, 2 * page, (size_t)64 << 10, (size_t)1 << 20, (size_t)4 << 20,
+                           (size_t)32 << 20};
+  for (size_t s = 0; s < IT_COUNT(sizes); s++)
+    for (size_t a = 0; a < IT_COUNT(aligns); a++) {
+      size_t al = aligns[a];
+      /* offsets that are whole pages (what the segment layer asks for):
+       * none, one page, half the alignment, the alignment less a page, and
+       * beyond the alignment (taken modulo it) */
+      size_t offs[] = {0, page, al / 2, al > page ? al - page : 0, al + page, 3 * al};
+      for (size_t o = 0; o < IT_COUNT(offs); o++)
+        if (offs[o] % page == 0) map_case(sizes[s], al, offs[o]);
+    }
+}
+
+/* os.h allows any offset: (result + offset) is a multiple of align. With an
+ * offset that is not a multiple of the page size the result cannot be a
+ * page boundary, and the mapping must still be usable as a whole. */
+static void t_os_map_subpage_offset(void) {
+  fw_os_init();
+  const size_t page = real_page();
+  const size_t cases[][3] = {{page, 0, 16}, {page, (size_t)64 << 10, 16}, {3 * page, (size_t)1 << 20, 256}};
+  for (size_t i = 0; i < IT_COUNT(cases); i++) {
+    size_t size = cases[i][0], align = cases[i][1], offset = cases[i][2];
+    uint8_t *p = fw_os_map(size, align, offset);
+    CHECKF(p != NULL, "fw_os_map(%zu, %zu, %zu)", size, align, offset);
+    size_t a = align < page ? page : align;
+    CHECKF((((uintptr_t)p + offset) & (a - 1)) == 0, "fw_os_map(%zu, %zu, %zu) = %p", size, align, offset,
+           (void *)p);
+    CHECKF(fw_os_is_mapped(p) && fw_os_is_mapped(p + size - 1),
+           "fw_os_map(%zu, %zu, %zu) = %p: first byte mapped %d, last byte mapped %d", size, align, offset,
+           (void *)p, fw_os_is_mapped(p), fw_os_is_mapped(p + size - 1));
+    CHECK(first_not(p, size, 0) == SIZE_MAX);
+    memset(p, 0x5a, size);
+    fw_os_unmap(p, size);
+  }
+}
+
+/* ---- fw_os_purge ---------------------------------------------------------- */
+/* Fills region with 0xa5, purges [region + from, region + to) and checks
+ * every byte of the region: zero inside, 0xa5 outside. */
+static void purge_case(uint8_t *region, size_t len, size_t from, size_t to) {
+  memset(region, 0xa5, len);
+  CHECK(fw_os_purge(region + from, to - from));
+  const size_t page = fw_os_page_size(), real = real_page();
+  /* the whole (possibly pretended) pages inside the range were dropped:
+   * not resident before anyone reads them */
+  size_t in_start = fw_align_up((uintptr_t)region + from, page) - (uintptr_t)region;
+  size_t in_end = fw_align_down((uintptr_t)region + to, page) - (uintptr_t)region;
+  for (size_t off = in_start; off + real <= in_end; off += real)
+    CHECKF(!resident(region + off), "purge [%zu, %zu): page at %zu still resident", from, to, off);
+  for (size_t i = 0; i < len; i++) {
+    uint8_t want = i >= from && i < to ? 0 : 0xa5;
+    CHECKF(region[i] == want, "purge [%zu, %zu) of a %zu-byte region (page %zu): byte %zu is %#x", from, to,
+           len, page, i, region[i]);
+  }
+}
+
+static void t_os_purge(void) {
+  fw_os_init();
+  const size_t page = real_page(), len = 16 * page;
+  uint8_t *region = fw_os_map(len, page, 0);
+  CHECK(region != NULL);
+  purge_case(region, len, 2 * page, 6 * page);                 /* whole pages */
+  purge_case(region, len, 2 * page + 100, 9 * page - 300);     /* both ends inside pages */
+  purge_case(region, len, 2 * page, 5 * page + 1);             /* start aligned, end inside */
+  purge_case(region, len, page - 1, 4 * page);                 /* end aligned */
+  purge_case(region, len, 5 * page + 8, 5 * page + 1000);      /* inside one page */
+  purge_case(region, len, 3 * page - 100, 3 * page + 200);     /* across one boundary, no whole page */
+  purge_case(region, len, 0, len);                             /* everything */
+  purge_case(region, len, 1, 2);                               /* one byte */
+  memset(region, 0xa5, len);
+  CHECK(fw_os_purge(region + 7, 0));
+  CHECK(first_not(region, len, 0xa5) == SIZE_MAX);
+  fw_os_unmap(region, len);
+}
+
+/* A pretended 64 KiB page: only 64 KiB-aligned whole pages are dropped, the
+ * partial 64 KiB pages at the ends are cleared by writing. */
+static void t_os_purge_64k(void) {
+  fw_os_init();
+  const size_t big = (size_t)64 << 10, len = 4 * big;
+  if (real_page() > big) it_skip("the OS page (%zu) is larger than 64 KiB", real_page());
+  fw_os_page_size_override(big);
+  CHECK(fw_os_page_size() == big);
+  uint8_t *region = fw_os_map(len, big, 0);
+  CHECK(region != NULL && ((uintptr_t)region & (big - 1)) == 0);
+  purge_case(region, len, 8448, 3 * big + 1000);
+  /* the partial 64 KiB pages were written, not dropped */
+  memset(region, 0xa5, len);
+  CHECK(fw_os_purge(region + 8448, 3 * big + 1000 - 8448));
+  CHECK(resident(region + 8448) && resident(region + big - 1));
+  CHECK(resident(region + 3 * big));
+  CHECK(!resident(region + big) && !resident(region + 3 * big - 1));
+  purge_case(region, len, 8448, big + 4096);   /* no whole 64 KiB page at all */
+  purge_case(region, len, big, 2 * big + 100);
+  purge_case(region, len, 100, len - 100);
+  fw_os_unmap(region, len);
+
+  /* sizes that are not powers of two, or below the real page, are refused */
+  fw_os_page_size_override(3 * big);
+  CHECK(fw_os_page_size() == real_page());
+  fw_os_page_size_override(big);
+  fw_os_page_size_override(real_page() / 2);
+  CHECK(fw_os_page_size() == real_page());
+  fw_os_page_size_override(big);
+  fw_os_page_size_override(0);
+  CHECK(fw_os_page_size() == real_page());
+}
+
+/* Locked memory cannot be dropped: fw_os_purge refuses and leaves every
+ * byte as it was (the partial pages too), so the caller keeps it dirty. */
+static void t_os_purge_locked(void) {
+  fw_os_init();
+  const size_t page = real_page(), len = 8 * page;
+  uint8_t *region = fw_os_map(len, page, 0);
+  CHECK(region != NULL);
+  memset(region, 0xa5, len);
+  /* the system call itself: the sanitizers' runtimes turn mlock() into a
+   * no-op */
+  if (syscall(SYS_mlock, region, len) != 0) it_skip("mlock of %zu bytes refused", len);
+  CHECK(!fw_os_purge(region + page, 4 * page));
+  CHECK(first_not(region, len, 0xa5) == SIZE_MAX);
+  CHECK(!fw_os_purge(region + page + 100, 4 * page));
+  CHECKF(first_not(region, len, 0xa5) == SIZE_MAX, "byte %zu changed", first_not(region, len, 0xa5));
+  CHECK(!fw_os_purge(region, len));
+  CHECK(first_not(region, len, 0xa5) == SIZE_MAX);
+  /* a range with no whole page needs no help from the OS */
+  CHECK(fw_os_purge(region + 3 * page + 10, 20));
+  CHECK(first_not(region + 3 * page + 10, 20, 0) == SIZE_MAX);
+  CHECK(region[3 * page + 9] == 0xa5 && region[3 * page + 30] == 0xa5);
+  CHECK(syscall(SYS_munlock, region, len) == 0);
+  purge_case(region, len, page, 4 * page);
+  fw_os_unmap(region, len);
+}
+
+/* ---- the lock ------------------------------------------------------------- */
+static fw_lock_t lock = FW_LOCK_INIT;
+static volatile unsigned long counter;
+static _Atomic int entered;
+enum { ROUNDS = 200000 };
+
+static void *count_thread(void *arg) {
+  (void)arg;
+  for (unsigned i = 0; i < ROUNDS; i++) {
+    fw_lock_acquire(&lock);
+    if (i % 64 == 0) fw_lock_acquire(&lock); /* recursion inside the critical section */
+    unsigned long v = counter;
+    if (i % 4096 == 0) sched_yield();  /* widen the window a broken lock would lose in */
+    counter = v + 1;
+    if (i % 64 == 0) fw_lock_release(&lock);
+    fw_lock_release(&lock);
+  }
+  return NULL;
+}
+
+static void *enter_thread(void *arg) {
+  (void)arg;
+  fw_lock_acquire(&lock);
+  atomic_store(&entered, 1);
+  fw_lock_release(&lock);
+  return NULL;
+}
+
+static _Atomic int holder_ready, holder_go;
+static void *holder_thread(void *arg) {
+  (void)arg;
+  fw_lock_acquire(&lock);
+  fw_lock_acquire(&lock);
+  atomic_store(&holder_ready, 1);
+  while (!atomic_load(&holder_go)) sched_yield();
+  fw_lock_release(&lock);
+  fw_lock_release(&lock);
+  return NULL;
+}
+
+static void t_lock(void) {
+  /* recursion by the holder */
+  fw_lock_acquire(&lock);
+  CHECK(atomic_load(&lock.owner) == fw_thread_id());
+  fw_lock_acquire(&lock);
+  fw_lock_acquire(&lock);
+  CHECK(lock.depth == 2);
+  fw_lock_release(&lock);
+  fw_lock_release(&lock);
+  CHECK(atomic_load(&lock.owner) == fw_thread_id() && lock.depth == 0);
+
+  /* another thread waits while this one holds it */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, enter_thread, NULL) == 0);
+  for (int i = 0; i < 200; i++) sched_yield();
+  usleep(20000);
+  CHECK(atomic_load(&entered) == 0);
+  fw_lock_release(&lock);  /* the waiter may take it at once */
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(atomic_load(&entered) == 1);
+  CHECK(atomic_load(&lock.owner) == 0);
+
+  /* exclusion: a plain counter incremented under the lock ends exact */
+  pthread_t a, b;
+  CHECK(pthread_create(&a, NULL, count_thread, NULL) == 0);
+  CHECK(pthread_create(&b, NULL, count_thread, NULL) == 0);
+  CHECK(pthread_join(a, NULL) == 0 && pthread_join(b, NULL) == 0);
+  CHECKF(counter == 2ul * ROUNDS, "counter %lu, expected %lu", counter, 2ul * ROUNDS);
+  CHECK(atomic_load(&lock.owner) == 0 && lock.depth == 0);
+
+  /* fw_lock_reset in a fork child: the lock was held (twice) by a thread
+   * that does not exist there; after the reset it is free and a single
+   * acquire/release leaves it free again */
+  CHECK(pthread_create(&t, NULL, holder_thread, NULL) == 0);
+  while (!atomic_load(&holder_ready)) sched_yield();
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    alarm(20);  /* a deadlock fails the test instead of hanging it */
+    int rc = 0;
+    if (atomic_load(&lock.owner) == 0) rc = 10;
+    fw_lock_reset(&lock);
+    if (atomic_load(&lock.owner) != 0 || lock.depth != 0) rc = 11;
+    fw_lock_acquire(&lock);
+    if (atomic_load(&lock.owner) != fw_thread_id()) rc = 12;
+    fw_lock_release(&lock);
+    if (atomic_load(&lock.owner) != 0) rc = 13;
+    fw_lock_acquire(&lock);
+    fw_lock_acquire(&lock);
+    fw_lock_release(&lock);
+    fw_lock_release(&lock);
+    if (atomic_load(&lock.owner) != 0) rc = 14;
+    _exit(rc);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork child: status %#x (exit %d, signal %d)", status,
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  atomic_store(&holder_go, 1);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(atomic_load(&lock.owner) == 0);
+}
+
+int main(int argc, char **argv) {
+  static const it_section s[] = {
+    {"os_map", t_os_map},           {"os_map_subpage_offset", t_os_map_subpage_offset},
+    {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
+    {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
+  };
+  return it_main(argc, argv, s, IT_COUNT(s));
+}

@@ -1,0 +1,413 @@
+/* page.c — the page layer (page.h) on real pages of a heap made with
+ * fw_heap_struct_new on the calling thread's tld: queue links, the queue
+ * head's extra count in used, heap->direct[] following the head, block
+ * pop/push counts, carving, and remote frees (the xfree list folded in by
+ * fw_page_collect, the heap's delayed list for full pages). */
+#include "itest.h"
+#include "heap.h"
+#include "page.h"
+#include "segment.h"
+#include "thread.h"
+#include "os.h"
+#include <pthread.h>
+#include <sched.h>
+
+static fw_heap_t *test_heap(void) {
+  fw_process_init();
+  fw_heap_t *def = fw_heap_get_default();
+  CHECK(def != NULL && def->tld != NULL && def->tld->heap_default == def);
+  fw_heap_t *heap = fw_heap_struct_new(def->tld, false);
+  CHECK(heap != NULL && heap->tld == def->tld);
+  CHECK(atomic_load(&heap->thread_id) == fw_thread_id());
+  return heap;
+}
+
+/* Every direct[] slot names the head of its class's queue, or fw_page_empty. */
+static void check_direct(const fw_heap_t *heap) {
+  for (size_t w = 0; w <= FW_DIRECT_MAX; w++) {
+    const fw_page_t *head = heap->queues[fw_size_class(w)].first;
+    CHECKF(heap->direct[w] == (head ? head : &fw_page_empty), "direct[%zu] (class %zu) is %p, head %p", w,
+           fw_size_class(w), (void *)heap->direct[w], (const void *)head);
+  }
+}
+
+/* The queue holds exactly pages[0..n) in this order, each page's used is
+ * its live blocks plus one for the head only, and direct[] agrees. */
+static void check_queue(const fw_heap_t *heap, const fw_page_queue_t *q, fw_page_t *const *pages, size_t n,
+                        fw_page_t *const *all, const uint32_t *live, size_t nall) {
+  CHECK(q->first == (n ? pages[0] : NULL));
+  CHECK(q->last == (n ? pages[n - 1] : NULL));
+  for (size_t i = 0; i < n; i++) {
+    CHECKF(pages[i]->prev == (i ? pages[i - 1] : NULL), "page %zu: prev", i);
+    CHECKF(pages[i]->next == (i + 1 < n ? pages[i + 1] : NULL), "page %zu: next", i);
+  }
+  bool is_full = q == &heap->full;
+  for (size_t k = 0; k < nall; k++) {
+    bool head = !is_full && n && all[k] == pages[0];
+    CHECKF(all[k]->used == live[k] + (head ? 1u : 0u), "page %zu: used %u, live %u, head %d", k, all[k]->used,
+           live[k], head);
+    CHECKF(fw_page_live(all[k]) == live[k], "page %zu: fw_page_live %zu, live %u", k, fw_page_live(all[k]),
+           live[k]);
+  }
+  check_direct(heap);
+}
+
+/* A fresh page of class cls in no queue, with no live block. */
+static fw_page_t *lone_page(fw_heap_t *heap, size_t cls) {
+  fw_page_t *pg = fw_heap_page_for(heap, cls);
+  CHECK(pg != NULL && pg->free != NULL);
+  CHECK(heap->queues[cls].first == pg && pg->used == 1);
+  CHECK(pg->cls == cls && pg->block_size == fw_class_size[cls]);
+  CHECK(atomic_load(&pg->heap) == heap && fw_page_flags(pg) == 0 && pg->tag == fw_thread_id());
+  fw_page_queue_remove(heap, &heap->queues[cls], pg);
+  CHECK(pg->used == 0 && pg->next == NULL && pg->prev == NULL);
+  return pg;
+}
+
+static void t_page_queue(void) {
+  fw_heap_t *heap = test_heap();
+  check_direct(heap);
+  const size_t cls = fw_size_class(48), big_cls = fw_size_class(3000), med_cls = fw_size_class(20000);
+  CHECK(cls <= fw_size_class(FW_DIRECT_MAX) && big_cls > fw_size_class(FW_DIRECT_MAX));
+  fw_page_queue_t *q = &heap->queues[cls];
+
+  enum { N = 4 };
+  fw_page_t *p[N];
+  uint32_t live[N];
+  for (size_t i = 0; i < N; i++) {
+    p[i] = lone_page(heap, cls);
+    for (size_t k = 0; k <= i; k++) fw_page_pop(p[i]);  /* distinct counts: i + 1 live */
+    live[i] = (uint32_t)i + 1;
+    for (size_t k = 0; k < i; k++) CHECK(p[i] != p[k]);
+  }
+  check_queue(heap, q, NULL, 0, p, live, N);
+
+  fw_page_queue_push(heap, q, p[0]);
+  check_queue(heap, q, (fw_page_t *[]){p[0]}, 1, p, live, N);
+  fw_page_queue_push(heap, q, p[1]);
+  check_queue(heap, q, (fw_page_t *[]){p[0], p[1]}, 2, p, live, N);
+  fw_page_queue_push_front(heap, q, p[2]);
+  check_queue(heap, q, (fw_page_t *[]){p[2], p[0], p[1]}, 3, p, live, N);
+  fw_page_queue_remove(heap, q, p[0]);  /* the middle */
+  check_queue(heap, q, (fw_page_t *[]){p[2], p[1]}, 2, p, live, N);
+  fw_page_queue_remove(heap, q, p[2]);  /* the head: the extra count moves on */
+  check_queue(heap, q, (fw_page_t *[]){p[1]}, 1, p, live, N);
+  fw_page_queue_push(heap, q, p[3]);
+  fw_page_queue_push_front(heap, q, p[0]);
+  fw_page_queue_push(heap, q, p[2]);
+  check_queue(heap, q, (fw_page_t *[]){p[0], p[1], p[3], p[2]}, 4, p, live, N);
+  fw_page_queue_remove(heap, q, p[2]);  /* the tail */
+  check_queue(heap, q, (fw_page_t *[]){p[0], p[1], p[3]}, 3, p, live, N);
+  /* a live block more or less on the head does not disturb the count */
+  fw_page_pop(p[0]);
+  live[0]++;
+  check_queue(heap, q, (fw_page_t *[]){p[0], p[1], p[3]}, 3, p, live, N);
+  fw_page_queue_remove(heap, q, p[0]);
+  fw_page_queue_remove(heap, q, p[3]);
+  check_queue(heap, q, (fw_page_t *[]){p[1]}, 1, p, live, N);
+  fw_page_queue_remove(heap, q, p[1]);
+  check_queue(heap, q, NULL, 0, p, live, N);
+  fw_page_queue_push_front(heap, q, p[3]);
+  check_queue(heap, q, (fw_page_t *[]){p[3]}, 1, p, live, N);
+  fw_page_queue_remove(heap, q, p[3]);
+  check_queue(heap, q, NULL, 0, p, live, N);
+
+  /* the full list: links only, no extra count, direct[] untouched */
+  fw_page_queue_push(heap, &heap->full, p[1]);
+  fw_page_queue_push_front(heap, &heap->full, p[2]);
+  fw_page_queue_push(heap, &heap->full, p[0]);
+  check_queue(heap, &heap->full, (fw_page_t *[]){p[2], p[1], p[0]}, 3, p, live, N);
+  CHECK(q->first == NULL);
+  fw_page_queue_remove(heap, &heap->full, p[2]);
+  check_queue(heap, &heap->full, (fw_page_t *[]){p[1], p[0]}, 2, p, live, N);
+  fw_page_queue_remove(heap, &heap->full, p[1]);
+  fw_page_queue_remove(heap, &heap->full, p[0]);
+  check_queue(heap, &heap->full, NULL, 0, p, live, N);
+
+  /* classes above the direct range: the extra count moves, direct[] stays */
+  fw_page_t *b[3];
+  uint32_t blive[3] = {0, 0, 0};
+  b[0] = lone_page(heap, big_cls);
+  b[1] = lone_page(heap, big_cls);
+  b[2] = lone_page(heap, med_cls);
+  CHECK(b[0]->kind == FW_KIND_SMALL && b[2]->kind == FW_KIND_MEDIUM && b[2]->slices == FW_MEDIUM_PAGE_SLICES);
+  fw_page_queue_push(heap, &heap->queues[big_cls], b[0]);
+  fw_page_queue_push_front(heap, &heap->queues[big_cls], b[1]);
+  check_queue(heap, &heap->queues[big_cls], (fw_page_t *[]){b[1], b[0]}, 2, b, blive, 2);
+  fw_page_queue_push(heap, &heap->queues[med_cls], b[2]);
+  CHECK(b[2]->used == 1);
+  check_direct(heap);
+  fw_page_queue_remove(heap, &heap->queues[big_cls], b[1]);
+  CHECK(b[0]->used == 1 && b[1]->used == 0);
+  fw_page_queue_remove(heap, &heap->queues[big_cls], b[0]);
+  fw_page_queue_remove(heap, &heap->queues[med_cls], b[2]);
+  check_queue(heap, &heap->queues[big_cls], NULL, 0, b, blive, 3);
+
+  /* a queue head of one class and another of a second class at once */
+  fw_page_queue_push(heap, q, p[1]);
+  fw_page_queue_push(heap, &heap->queues[big_cls], b[0]);
+  check_direct(heap);
+  fw_page_queue_remove(heap, q, p[1]);
+  fw_page_queue_remove(heap, &heap->queues[big_cls], b[0]);
+  check_direct(heap);
+
+  for (size_t i = 0; i < N; i++) fw_segment_page_free(heap->tld, p[i]);
+  for (size_t i = 0; i < 3; i++) fw_segment_page_free(heap->tld, b[i]);
+  fw_heap_struct_free(heap);
+}
+
+/* The bytes a page's blocks may use: from its area to the end of its slices. */
+static size_t page_room(const fw_page_t *pg) {
+  fw_segment_t *seg = fw_page_segment(pg);
+  size_t slice = (size_t)(pg - seg->pages);
+  return (size_t)((uint8_t *)seg + (slice + pg->slices) * FW_SLICE_SIZE - pg->area);
+}
+
+static void t_page_pop_push(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t classes[] = {fw_size_class(8), fw_size_class(48), fw_size_class(1000), fw_size_class(5000),
+                            fw_size_class(40000)};
+  for (size_t ci = 0; ci < IT_COUNT(classes); ci++) {
+    size_t cls = classes[ci], bs = fw_class_size[cls];
+    fw_page_t *pg = fw_heap_page_for(heap, cls);
+    CHECK(pg != NULL && heap->queues[cls].first == pg && pg->used == 1);
+    CHECK(pg->reserved == page_room(pg) / bs);
+    size_t per_os_page = fw_os_page_size() / bs ? fw_os_page_size() / bs : 1;
+    size_t first = pg->reserved < per_os_page ? pg->reserved : per_os_page;
+    CHECKF(pg->capacity == first, "class %zu: %u blocks carved at first, expected %zu", cls, pg->capacity, first);
+
+    /* pop everything carved: distinct blocks inside the carved area */
+    static fw_block_t *blocks[8192];
+    static uint8_t seen[8192];
+    size_t n = 0;
+    while (pg->free) {
+      CHECK(n < 8192);
+      uint32_t before = pg->used;
+      blocks[n] = fw_page_pop(pg);
+      CHECK(pg->used == before + 1);
+      n++;
+    }
+    CHECK(n == pg->capacity && pg->used == 1 + n);
+    memset(seen, 0, sizeof seen);
+    for (size_t i = 0; i < n; i++) {
+      size_t off = (size_t)((uint8_t *)blocks[i] - pg->area);
+      CHECK((uint8_t *)blocks[i] >= pg->area && off % bs == 0 && off / bs < pg->capacity);
+      CHECK(!seen[off / bs]);
+      seen[off / bs] = 1;
+      CHECK(fw_ptr_page(blocks[i]) == pg);
+      CHECK(fw_ptr_page((uint8_t *)blocks[i] + bs - 1) == pg);
+    }
+    CHECK(fw_page_live(pg) == n);
+
+    /* the dry head is carved further by the queue search */
+    if (pg->capacity < pg->reserved) {
+      uint32_t cap = pg->capacity;
+      CHECK(fw_page_queue_find(heap, cls) == pg);
+      size_t more = pg->reserved - cap < per_os_page ? pg->reserved - cap : per_os_page;
+      CHECK(pg->capacity == cap + more && pg->free != NULL && pg->used == 1 + n);
+      while (pg->free) blocks[n++] = fw_page_pop(pg);
+      CHECK(n == pg->capacity);
+    }
+
+    /* pushing back: the head never reports empty (its extra count) */
+    for (size_t i = n; i-- > 0;) CHECK(!fw_page_push(pg, blocks[i]));
+    CHECK(pg->used == 1 && fw_page_live(pg) == 0);
+    CHECK(pg->free == blocks[0] && fw_page_pop(pg) == blocks[0]);  /* LIFO */
+    CHECK(!fw_page_push(pg, blocks[0]));
+
+    /* out of the queue, the last push reports the page empty */
+    fw_page_queue_remove(heap, &heap->queues[cls], pg);
+    CHECK(pg->used == 0);
+    size_t k = n < 3 ? n : 3;
+    fw_block_t *got[3];
+    for (size_t i = 0; i < k; i++) got[i] = fw_page_pop(pg);
+    CHECK(pg->used == k);
+    for (size_t i = 0; i < k; i++) CHECK(fw_page_push(pg, got[(i + 1) % k]) == (i + 1 == k));
+    CHECK(pg->used == 0);
+    fw_segment_page_free(heap->tld, pg);
+  }
+  fw_heap_struct_free(heap);
+}
+
+/* ---- remote frees ------------------------------------------------------------ */
+typedef struct remote_job {
+  fw_page_t *page;
+  fw_block_t **blocks;
+  size_t n;
+  _Atomic int *go;
+} remote_job;
+
+static void *remote_free_thread(void *arg) {
+  remote_job *j = arg;
+  if (j->go)
+    while (!atomic_load(j->go)) sched_yield();
+  for (size_t i = 0; i < j->n; i++) {
+    fw_page_free_remote(j->page, j->blocks[i]);
+    if (i % 16 == 0) sched_yield();
+  }
+  return NULL;
+}
+
+static size_t list_len(const fw_block_t *b) {
+  size_t n = 0;
+  for (; b; b = b->next) n++;
+  return n;
+}
+
+static bool in_list(const fw_block_t *l, const fw_block_t *b) {
+  for (; l; l = l->next)
+    if (l == b) return true;
+  return false;
+}
+
+static void t_page_collect(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t cls = fw_size_class(64);
+  fw_page_t *pg = fw_heap_page_for(heap, cls);
+  CHECK(pg != NULL);
+  static fw_block_t *blocks[4096], *odd[4096];
+  size_t n = 0;
+  while (pg->free) blocks[n++] = fw_page_pop(pg);
+  CHECK(n >= 8 && pg->used == 1 + n);
+
+  /* another thread frees every other block */
+  size_t m = 0;
+  for (size_t i = 1; i < n; i += 2) odd[m++] = blocks[i];
+  remote_job job = {pg, odd, m, NULL};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  uintptr_t x = atomic_load(&pg->xfree);
+  CHECK(x != 0 && !(x & FW_XFREE_DELAYED));
+  CHECK(list_len((fw_block_t *)x) == m);
+  for (size_t i = 0; i < m; i++) CHECK(in_list((fw_block_t *)x, odd[i]));
+  CHECK(pg->free == NULL && pg->used == 1 + n);  /* nothing changes before the owner collects */
+
+  fw_page_collect(pg);
+  CHECK(atomic_load(&pg->xfree) == 0);
+  CHECK(pg->used == 1 + n - m && fw_page_live(pg) == n - m);
+  CHECK(list_len(pg->free) == m);
+  for (size_t i = 0; i < m; i++) CHECK(in_list(pg->free, odd[i]));
+  fw_page_collect(pg);  /* nothing more to fold in */
+  CHECK(pg->used == 1 + n - m && list_len(pg->free) == m);
+
+  /* the local list is kept: remote blocks are added in front of it */
+  for (size_t i = 0; i < m; i++) odd[i] = fw_page_pop(pg);
+  CHECK(pg->free == NULL);
+  CHECK(!fw_page_push(pg, blocks[0]));
+  job.n = 1;
+  CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  fw_page_collect(pg);
+  CHECK(list_len(pg->free) == 2 && in_list(pg->free, blocks[0]) && in_list(pg->free, odd[0]));
+  CHECK(pg->used == 1 + n - 2);
+  while (pg->free) fw_page_pop(pg);
+
+  /* two threads free concurrently while the owner keeps collecting: every
+   * block arrives exactly once */
+  for (int round = 0; round < 100; round++) {
+    CHECK(pg->used == 1 + n && pg->free == NULL);
+    _Atomic int go = 0;
+    remote_job j1 = {pg, blocks, n / 2, &go}, j2 = {pg, blocks + n / 2, n - n / 2, &go};
+    pthread_t t1, t2;
+    CHECK(pthread_create(&t1, NULL, remote_free_thread, &j1) == 0);
+    CHECK(pthread_create(&t2, NULL, remote_free_thread, &j2) == 0);
+    atomic_store(&go, 1);
+    while (pg->used > 1) {
+      fw_page_collect(pg);
+      sched_yield();
+    }
+    CHECK(pthread_join(t1, NULL) == 0 && pthread_join(t2, NULL) == 0);
+    fw_page_collect(pg);
+    CHECK(atomic_load(&pg->xfree) == 0 && pg->used == 1);
+    CHECKF(list_len(pg->free) == n, "round %d: %zu blocks came back of %zu", round, list_len(pg->free), n);
+    for (size_t i = 0; i < n; i++) CHECK(in_list(pg->free, blocks[i]));
+    for (size_t i = 0; i < n; i++) blocks[i] = fw_page_pop(pg);
+  }
+  fw_page_queue_remove(heap, &heap->queues[cls], pg);
+  fw_segment_page_free(heap->tld, pg);
+  fw_heap_struct_free(heap);
+}
+
+/* A page with no block left moves to the full list; remote frees into it
+ * then go to the heap's delayed list, which gives the page back to its
+ * queue when the owner folds it in. */
+static void t_page_full_delayed(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t cls = fw_size_class(1000);
+  fw_page_t *pg = fw_heap_page_for(heap, cls);
+  CHECK(pg != NULL);
+  static fw_block_t *blocks[256];
+  size_t n = 0;
+  for (;;) {
+    while (pg->free) blocks[n++] = fw_page_pop(pg);
+    if (pg->capacity == pg->reserved) break;
+    CHECK(fw_page_queue_find(heap, cls) == pg);
+  }
+  CHECK(n == pg->reserved && pg->used == 1 + n);
+  /* exhausted: the search moves it to the full list and finds nothing */
+  CHECK(fw_page_queue_find(heap, cls) == NULL);
+  CHECK(heap->queues[cls].first == NULL && heap->full.first == pg && heap->full.last == pg);
+  CHECK(fw_page_flags(pg) & FW_PF_FULL);
+  CHECK(pg->tag == 0);  /* the free fast path stays away from it */
+  CHECK(atomic_load(&pg->xfree) == FW_XFREE_DELAYED);
+  CHECK(pg->used == n);
+  check_direct(heap);
+
+  /* remote frees go to the heap */
+  remote_job job = {pg, blocks, 2, NULL};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(atomic_load(&pg->xfree) == FW_XFREE_DELAYED);
+  fw_block_t *d = atomic_load(&heap->delayed);
+  CHECK(list_len(d) == 2 && in_list(d, blocks[0]) && in_list(d, blocks[1]));
+  CHECK(pg->used == n);
+
+  /* the owner folds them in: the page is back at the head of its queue */
+  fw_heap_collect_delayed(heap);
+  CHECK(atomic_load(&heap->delayed) == NULL);
+  CHECK(heap->full.first == NULL && heap->queues[cls].first == pg);
+  CHECK(fw_page_flags(pg) == 0 && pg->tag == fw_thread_id());
+  CHECK(atomic_load(&pg->xfree) == 0);
+  CHECK(pg->used == 1 + n - 2 && list_len(pg->free) == 2);
+  check_direct(heap);
+
+  /* a remote free that arrives before the page is marked full keeps it out
+   * of the full list */
+  blocks[0] = fw_page_pop(pg);
+  blocks[1] = fw_page_pop(pg);
+  fw_page_queue_remove(heap, &heap->queues[cls], pg);
+  job.n = 1;
+  CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  fw_page_to_full(heap, pg);
+  CHECK(heap->full.first == NULL && heap->queues[cls].first == pg);
+  CHECK(!(fw_page_flags(pg) & FW_PF_FULL) && atomic_load(&pg->xfree) == 0);
+  CHECK(pg->free == blocks[0] && pg->free->next == NULL);
+  CHECK(pg->used == 1 + n - 1);
+
+  /* fw_page_unfull: back from the full list by hand */
+  blocks[0] = fw_page_pop(pg);
+  fw_page_queue_remove(heap, &heap->queues[cls], pg);
+  fw_page_to_full(heap, pg);
+  CHECK(heap->full.first == pg && (fw_page_flags(pg) & FW_PF_FULL));
+  fw_page_unfull(heap, pg);
+  CHECK(heap->full.first == NULL && heap->queues[cls].first == pg && fw_page_flags(pg) == 0);
+  CHECK(atomic_load(&pg->xfree) == 0 && pg->used == 1 + n);
+  check_direct(heap);
+
+  fw_page_queue_remove(heap, &heap->queues[cls], pg);
+  fw_segment_page_free(heap->tld, pg);
+  fw_heap_struct_free(heap);
+}
+
+int main(int argc, char **argv) {
+  static const it_section s[] = {
+    {"page_queue", t_page_queue},
+    {"page_pop_push", t_page_pop_push},
+    {"page_collect", t_page_collect},
+    {"page_full_delayed", t_page_full_delayed},
+  };
+  return it_main(argc, argv, s, IT_COUNT(s));
+}
