@@ -41,6 +41,9 @@ void *fw_os_map(size_t size, size_t align, size_t offset) {
   if (size == 0) return NULL;
   size = fw_align_up(size, fw_page_size_real);
   if (align < fw_page_size_real) align = fw_page_size_real;
+  /* the result is page-aligned, so no placement could align an offset
+   * that is not a whole number of pages */
+  if (offset & (fw_page_size_real - 1)) return NULL;
   offset &= align - 1;
   uint8_t *p = fw_mmap(size);
   if (!p) return NULL;

@@ -35,9 +35,12 @@ FW_INLINE size_t fw_os_page_size(void) { return fw_os_page; }
 FW_HIDDEN void fw_os_init(void);
 
 /* Maps size bytes of fresh memory, reading as zero, such that
- * (result + offset) is a multiple of align (a power of two). Address space
- * is reserved without counting against overcommit (MAP_NORESERVE); pages
- * are backed as they are touched. NULL when the OS refuses. */
+ * (result + offset) is a multiple of align. align is a power of two (below
+ * the OS page size it means the page size: a mapping starts on a page
+ * anyway); offset must be a multiple of the OS page size, or the request is
+ * refused (NULL, nothing mapped). Address space is reserved without
+ * counting against overcommit (MAP_NORESERVE); pages are backed as they are
+ * touched. NULL when the OS refuses. */
 FW_HIDDEN void *fw_os_map(size_t size, size_t align, size_t offset);
 /* Returns a whole mapping (or a page-aligned part of one) to the OS. */
 FW_HIDDEN void fw_os_unmap(void *p, size_t size);

@@ -371,12 +371,17 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
   }
   fw_tld_link_free(tld, seg);
   if (delay > 0) {
-    if (seg->purge_due) {
-      /* the deadline was set for pages freed earlier: these wait a round */
+    if (seg->purge_due && (seg->dirty_mask & seg->free_mask & ~bits)) {
+      /* the deadline was set for slots freed earlier and still waiting:
+       * these wait a round */
       seg->dirty_young |= bits;
-      return;
+    } else {
+      /* no slot waits on an older deadline (it may be stale: its slots
+       * were taken again before it came) */
+      seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
+      seg->dirty_young &= ~bits;
     }
-    seg->purge_due = fw_os_clock_ms() + (uint64_t)delay;
+    /* the thread's pass runs only when its earliest deadline is due */
     if (!tld->purge_due || seg->purge_due < tld->purge_due) tld->purge_due = seg->purge_due;
   }
 }
