@@ -160,7 +160,8 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
     return p ? p : fw_enomem();
   }
   size_t cls = fw_size_class(size);
-  fw_page_t *page = fw_heap_page_for(heap, cls);
+  fw_page_t *page = fw_page_queue_find(heap, cls);
+  if (!page) page = fw_heap_page_new(heap, cls);
   if (fw_unlikely(!page)) {
     fw_heap_housekeeping(heap, true);
     page = fw_heap_page_for(heap, cls);
@@ -205,7 +206,7 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
 }
 
 /* Cautious mode: every block carries a trailer after the requested bytes. */
-static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t align) {
+FW_COLD static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t align) {
   if (size > PTRDIFF_MAX - 64) return fw_enomem();
   size_t padded = size + FW_CHECK_PAD;
   void *user = align ? fw_malloc_aligned_plain(heap, padded, align) : fw_malloc_plain(heap, padded);

@@ -12,7 +12,7 @@
 #include "os.h"
 
 /* Routes a block that has passed any checks to its page's owner. */
-static void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_acquire);
   if (owner == fw_thread_id()) {
     fw_heap_free_local(page, b);

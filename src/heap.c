@@ -78,9 +78,13 @@ fw_block_t *fw_heap_pool_take_delayed(void) {
 /* ---- finding memory ------------------------------------------------------- */
 
 fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls) {
-  FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
   fw_page_t *page = fw_page_queue_find(heap, cls);
-  if (page) return page;
+  return page ? page : fw_heap_page_new(heap, cls);
+}
+
+fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
+  FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
+  fw_page_t *page;
   fw_tld_t *tld = heap->tld;
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;

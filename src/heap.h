@@ -22,6 +22,8 @@ FW_HIDDEN fw_block_t *fw_heap_pool_take_delayed(void);
 /* A page with a free block for class cls: the queue, a fresh slot of the
  * thread's segments, an adopted segment's, or a new segment's. */
 FW_HIDDEN fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls);
+/* The same when the queue has been searched already (fw_page_queue_find). */
+FW_HIDDEN fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls);
 /* A large block: from the cache, a span, or a segment of its own. */
 FW_HIDDEN void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align);
 /* The owner frees a block (not on the fast path). */
