@@ -30,9 +30,10 @@ fw_heap_t *fw_heap_struct_new(fw_tld_t *tld, bool is_default) {
     heap = fw_meta_alloc(sizeof(fw_heap_t));
     if (!heap) return NULL;
   }
-  /* Everything but the delayed list (last), which may hold late remote
-   * frees from the heap's previous life: the next slow path folds them in. */
-  memset(heap, 0, offsetof(fw_heap_t, delayed));
+  /* Everything but the owner (stored last, atomically) and the delayed
+   * list, which may hold late remote frees from the heap's previous life:
+   * the next slow path folds them in. */
+  memset(heap, 0, offsetof(fw_heap_t, thread_id));
   for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
   heap->tld = tld;
   heap->is_default = is_default;

@@ -131,7 +131,6 @@ typedef struct fw_page_queue_s { fw_page_t *first, *last; } fw_page_queue_t;
 struct fw_heap_s {
   fw_page_t *direct[FW_DIRECT_SLOTS];
   fw_tld_t *tld;
-  _Atomic(uintptr_t) thread_id;    /* owner; 0 for a heap struct not in use */
   fw_page_queue_t queues[FW_CLASS_COUNT + 1];
   fw_page_queue_t full;
   fw_heap_t *next, *prev;          /* tld->heaps */
@@ -143,8 +142,11 @@ struct fw_heap_s {
   size_t lcache_bytes;
   uint64_t lcache_due;             /* ms: next look for cached pages not reused */
   bool is_default;
-  /* Last, and never cleared when the struct is recycled: a remote free that
-   * read page->heap just before the heap went away may still push here. */
+  /* Last, and never cleared by a memset when the struct is recycled: other
+   * threads may read them at any time. The owner check of a call on a dead
+   * handle reads thread_id; a remote free that read page->heap just before
+   * the heap went away may still push onto delayed. */
+  _Atomic(uintptr_t) thread_id;    /* owner; 0 for a heap struct not in use */
   _Atomic(fw_block_t *) delayed;   /* remote frees into full pages */
 };
 
