@@ -146,7 +146,9 @@ struct fw_heap_s {
    * threads may read them at any time. The owner check of a call on a dead
    * handle reads thread_id; a remote free that read page->heap just before
    * the heap went away may still push onto delayed. */
-  _Atomic(uintptr_t) thread_id;    /* owner; 0 for a heap struct not in use */
+  /* A line of their own: remote frees CAS delayed while the owner works on
+   * the fields above. */
+  _Alignas(64) _Atomic(uintptr_t) thread_id; /* owner; 0 for a heap struct not in use */
   _Atomic(fw_block_t *) delayed;   /* remote frees into full pages */
 };
 
