@@ -107,7 +107,9 @@ FW_API bool fw_heap_contains(const fw_heap_t *heap, const void *p);
 typedef struct fw_heap_stats_s {
   size_t size;           /* sizeof(fw_heap_stats_t), set by the caller */
   size_t blocks_live;    /* blocks allocated and not yet freed */
-  size_t bytes_live;     /* usable bytes of those blocks */
+  size_t bytes_live;     /* bytes those blocks take: their size classes' block
+                            sizes (usable size, plus the padding in front of an
+                            aligned block) */
   size_t bytes_peak;     /* highest bytes_live seen by fw_heap_stats calls */
   size_t pages;          /* pages the heap holds */
   size_t bytes_reserved; /* bytes of those pages */
