@@ -214,7 +214,7 @@ FW_COLD static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t ali
   return user;
 }
 
-void *fw_malloc_generic(fw_heap_t *heap, size_t size) {
+void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
   /* Blocks above the direct table (1 KiB .. 128 KiB): the head page of the
    * class queue, when it has a free block and nothing else is due. */
   if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX) {

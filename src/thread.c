@@ -133,7 +133,7 @@ static void fw_thread_done(void *arg) {
 
 void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
   if (fw_unlikely(heap == &fw_heap_empty)) return fw_thread_alloc(FW_OP_MALLOC, NULL, size, 0);
-  return fw_malloc_generic(heap, size);
+  return fw_malloc_generic(size, heap);
 }
 
 void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
