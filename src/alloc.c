@@ -199,7 +199,6 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
     }
     return p;
   }
-  if (size > PTRDIFF_MAX) return fw_enomem();
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
   void *p = fw_heap_large_malloc(heap, size, align);
   return p ? p : fw_enomem();

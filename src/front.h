@@ -6,9 +6,9 @@
 #define FW_FRONT_H
 #include "types.h"
 
-/* Everything the fast path below does not do. */
-/* (size, heap): the order the malloc fast path has them in, so that its
- * miss reaches this with a compare and a jump */
+/* Everything the fast path below does not do. (size, heap): the order the
+ * malloc fast path has them in, so that its miss reaches this with a
+ * compare and a jump. */
 FW_HIDDEN void *fw_malloc_generic(size_t size, fw_heap_t *heap);
 FW_HIDDEN void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero);
 FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool zero);

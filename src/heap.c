@@ -91,9 +91,9 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
   fw_page_retire_empty_head(heap, kind, cls);
   page = fw_segment_page_alloc(tld, kind, false);
-  /* Adopt what exited threads left before mapping more. Adoption is always
-   * into the thread's default heap (whose the live blocks then are); this
-   * heap takes a fresh slot of the adopted segment. */
+  /* Adopt what exited threads left before mapping more. Adopted live
+   * blocks always go to the thread's default heap; a user heap only takes
+   * a fresh slot of the adopted segment. */
   for (int i = 0; !page && i < 16 && fw_opt(RECLAIM) && fw_abandon_reclaim_one(tld->heap_default); i++) {
     /* an adopted page of this class with room beats a fresh slot */
     if (heap == tld->heap_default && (page = fw_page_queue_find(heap, cls)) != NULL) return page;
@@ -143,7 +143,7 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   FW_ASSERT(page->used == 0);
   if (page->flags & FW_PF_FULL) {
     fw_page_queue_remove(heap, &heap->full, page);
-    atomic_fetch_and_explicit(&page->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
+    fw_page_clear_delayed(page);
   } else {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
@@ -224,7 +224,7 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
   FW_VALIDATE_HEAP(heap);
   /* 1. stop routing remote frees here */
   for (fw_page_t *pg = heap->full.first; pg; pg = pg->next)
-    atomic_fetch_and_explicit(&pg->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
+    fw_page_clear_delayed(pg);
   /* 2. fold in what was routed here already */
   if (!destroy) {
     fw_heap_collect_delayed(heap);

@@ -96,7 +96,6 @@ size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
 }
 
 void fw_heap_collect(fw_heap_t *heap, bool force) {
-  if (!heap || heap == &fw_heap_empty) return;
   if (!fw_heap_owned(heap, "fw_heap_collect")) return;
   fw_heap_collect_internal(heap, force);
 }
@@ -125,8 +124,7 @@ int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {
 }
 
 void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
-  if (!heap || !visit || heap == &fw_heap_empty) return;
-  if (!fw_heap_owned(heap, "fw_heap_visit")) return;
+  if (!visit || !fw_heap_owned(heap, "fw_heap_visit")) return;
   fw_heap_visit_blocks(heap, visit, arg);
 }
 

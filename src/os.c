@@ -130,16 +130,6 @@ const char *fw_os_getenv(const char *name) { return getenv(name); }
 
 void fw_os_abort(void) { abort(); }
 
-unsigned fw_os_cpu_count(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return (unsigned)n;
-  }
-  long v = sysconf(_SC_NPROCESSORS_ONLN);
-  return v > 0 ? (unsigned)v : 1;
-}
-
 /* ---- locks: a recursive spin-then-yield lock on one word ------------------ */
 void fw_lock_acquire(fw_lock_t *l) {
   uintptr_t me = fw_thread_id();

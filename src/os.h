@@ -64,8 +64,6 @@ FW_HIDDEN void fw_os_sleep_ms(unsigned ms);
 FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
 FW_HIDDEN const char *fw_os_getenv(const char *name);
 FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
-/* Number of CPUs this process may run on (at least 1). */
-FW_HIDDEN unsigned fw_os_cpu_count(void);
 
 /* For the internal unit tests: pretend the OS page is this size (a power of
  * two, at least the real one), to exercise the partial-page rules of

@@ -144,7 +144,7 @@ void fw_page_to_full(fw_heap_t *heap, fw_page_t *page) {
   }
 }
 
-static void fw_page_clear_delayed(fw_page_t *page) {
+void fw_page_clear_delayed(fw_page_t *page) {
   atomic_fetch_and_explicit(&page->xfree, ~FW_XFREE_DELAYED, memory_order_acq_rel);
 }
 

@@ -21,6 +21,8 @@ FW_HIDDEN void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page
 FW_HIDDEN fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls);
 /* A full page (in heap->full) has room again: back to its class queue. */
 FW_HIDDEN void fw_page_unfull(fw_heap_t *heap, fw_page_t *page);
+/* Remote frees into the page stop going through its heap. */
+FW_HIDDEN void fw_page_clear_delayed(fw_page_t *page);
 FW_HIDDEN void fw_page_to_full(fw_heap_t *heap, fw_page_t *page);
 /* Takes a page (in no list) into heap. False if the page had no live block
  * and went back to its segment (which may be gone now). */
@@ -47,10 +49,8 @@ FW_HIDDEN size_t fw_page_live(const fw_page_t *page);
 FW_HIDDEN void fw_page_validate(const fw_page_t *page);
 FW_HIDDEN void fw_page_queue_validate(const fw_heap_t *heap, const fw_page_queue_t *q);
 #define FW_VALIDATE_PAGE(p) fw_page_validate(p)
-#define FW_VALIDATE_QUEUE(h, q) fw_page_queue_validate(h, q)
 #else
 #define FW_VALIDATE_PAGE(p) ((void)0)
-#define FW_VALIDATE_QUEUE(h, q) ((void)0)
 #endif
 
 #endif

@@ -147,7 +147,6 @@ void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
   case FW_OP_MALLOC: r = fw_heap_malloc_fast(heap, size); break;
   case FW_OP_ZERO: r = fw_heap_malloc_zero(heap, size, true); break;
   case FW_OP_ALIGNED: r = fw_heap_malloc_aligned_ex(heap, size, align, false); break;
-  case FW_OP_ALIGNED_ZERO: r = fw_heap_malloc_aligned_ex(heap, size, align, true); break;
   default: r = fw_realloc_ex(heap, p, size); break;
   }
   if (fw_unlikely(fw_tls_exited)) {

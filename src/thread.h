@@ -11,7 +11,7 @@ FW_HIDDEN void fw_process_init(void);
 FW_HIDDEN void *fw_malloc_slow(size_t size, fw_heap_t *heap);
 /* An allocation with no heap ready: the thread's first, or one made after
  * the thread's exit began (served, then everything abandoned again). */
-enum { FW_OP_MALLOC, FW_OP_ZERO, FW_OP_ALIGNED, FW_OP_ALIGNED_ZERO, FW_OP_REALLOC };
+enum { FW_OP_MALLOC, FW_OP_ZERO, FW_OP_ALIGNED, FW_OP_REALLOC };
 FW_HIDDEN void *fw_thread_alloc(int op, void *p, size_t size, size_t align);
 /* The thread's default heap, set up if needed; NULL in a thread whose exit
  * has begun, or without memory. */
