@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "freeway.h"
+#include "fwrng.h"
 
 /* ---- the allocator under test ------------------------------------------ */
 typedef struct fwt_std_api {
@@ -123,14 +124,6 @@ int fwt_main(int argc, char **argv, const fwt_section *sections, size_t count);
 __attribute__((format(printf, 1, 2))) void fwt_log(const char *fmt, ...);
 
 /* ---- patterns ---------------------------------------------------------- */
-static inline uint64_t fwt_mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
 /* A seed for a block from its address and size (and an optional salt). */
 static inline uint64_t fwt_seed(const void *p, size_t n, uint64_t salt) {
   return fwt_mix((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull ^ (uint64_t)n ^ (salt << 48));
@@ -149,6 +142,17 @@ size_t fwt_find_nonzero(const void *p, size_t n);
     CHECKF(fwt_off_ == SIZE_MAX, "block %p (%zu bytes): pattern differs at offset %zu", \
            (const void *)(p), (size_t)(n), fwt_off_);                                \
   } while (0)
+/* A block under test: its pattern depends on its address, size and salt,
+ * so a block moved or overwritten by another one is caught. */
+typedef struct blk {
+  char *p;
+  size_t n;
+  uint64_t salt;
+} blk;
+static inline uint64_t bseed(const blk *b) { return fwt_seed(b->p, b->n, b->salt); }
+static inline void bfill(blk *b) { fwt_fill(b->p, b->n, bseed(b)); }
+#define bcheck(b) CHECK_PATTERN((b)->p, (b)->n, bseed(b))
+
 #define CHECK_ZERO(p, n)                                                             \
   do {                                                                               \
     size_t fwt_off_ = fwt_find_nonzero((p), (n));                                    \
@@ -164,19 +168,6 @@ static inline bool fwt_aligned(const void *p, size_t a) {
  * power of two <= n). */
 size_t fwt_min_align(size_t n);
 
-/* ---- random numbers (per thread, xorshift64*) --------------------------- */
-typedef struct fwt_rng { uint64_t s; } fwt_rng;
-static inline void fwt_rng_init(fwt_rng *r, uint64_t seed) { r->s = fwt_mix(seed + 0x1234567ull) | 1; }
-static inline uint64_t fwt_next(fwt_rng *r) {
-  r->s ^= r->s >> 12;
-  r->s ^= r->s << 25;
-  r->s ^= r->s >> 27;
-  return r->s * 0x2545f4914f6cdd1dull;
-}
-/* Uniform in [lo, hi]. */
-static inline size_t fwt_range(fwt_rng *r, size_t lo, size_t hi) {
-  return lo + (size_t)(fwt_next(r) % (uint64_t)(hi - lo + 1));
-}
 /* A block size: mostly small, sometimes medium, rarely large (<= max_large). */
 size_t fwt_random_size(fwt_rng *r, size_t max_large);
 

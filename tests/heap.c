@@ -13,14 +13,6 @@
 
 extern char **environ;
 
-typedef struct blk {
-  char *p;
-  size_t n;
-} blk;
-
-static uint64_t bseed(const blk *b) { return fwt_seed(b->p, b->n, 0x4ea9); }
-static void bfill(blk *b) { fwt_fill(b->p, b->n, bseed(b)); }
-static void bcheck(const blk *b) { CHECK_PATTERN(b->p, b->n, bseed(b)); }
 
 static void heap_stats(const fw_heap_t *h, fw_heap_stats_t *s) {
   memset(s, 0, sizeof *s);
@@ -41,7 +33,7 @@ static void t_basic(void) {
   fwt_rng_init(&r, 3);
   for (size_t i = 0; i < N; i++) {
     size_t n = i < 8 ? ((size_t)1 << (i + 16)) : fwt_random_size(&r, 1 << 20);
-    b[i] = (blk){X.heap_malloc(h, n), n};
+    b[i] = (blk){X.heap_malloc(h, n), n, 0x4ea9};
     CHECKF(b[i].p != NULL, "fw_heap_malloc(%zu)", n);
     CHECK(fwt_aligned(b[i].p, 8));
     size_t u = X.heap_usable_size(h, b[i].p);
@@ -171,7 +163,7 @@ static void t_stats(void) {
   size_t live = 0, peak_seen = 0;
   for (size_t i = 0; i < N; i++) {
     size_t n = i % 1000 == 999 ? ((size_t)1 << 20) * (i / 1000 + 1) : fwt_random_size(&r, 1 << 20);
-    b[i] = (blk){X.heap_malloc(h, n), n};
+    b[i] = (blk){X.heap_malloc(h, n), n, 0x4ea9};
     CHECK(b[i].p != NULL);
     live += X.heap_usable_size(h, b[i].p);
     if (i % 500 == 0) {
@@ -283,7 +275,7 @@ static void t_delete(void) {
     CHECK(h != NULL);
     for (size_t i = 0; i < N; i++) {
       size_t n = fwt_random_size(&r, 3 << 20);
-      b[i] = (blk){X.heap_malloc(h, n), n};
+      b[i] = (blk){X.heap_malloc(h, n), n, 0x4ea9};
       CHECK(b[i].p != NULL);
       bfill(&b[i]);
     }
@@ -306,7 +298,7 @@ static void t_delete(void) {
         char *q = X.heap_realloc(def, b[i].p, n);
         CHECK(q != NULL);
         CHECK_PATTERN(q, keep, bseed(&b[i]));
-        b[i] = (blk){q, n};
+        b[i] = (blk){q, n, 0x4ea9};
         bfill(&b[i]);
       }
     }

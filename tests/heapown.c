@@ -13,15 +13,6 @@
 
 extern char **environ;
 
-typedef struct blk {
-  char *p;
-  size_t n;
-  uint64_t salt;
-} blk;
-
-static uint64_t bseed(const blk *b) { return fwt_seed(b->p, b->n, b->salt); }
-static void bfill(blk *b) { fwt_fill(b->p, b->n, bseed(b)); }
-static void bcheck(const blk *b) { CHECK_PATTERN(b->p, b->n, bseed(b)); }
 
 static void heap_stats(const fw_heap_t *h, fw_heap_stats_t *s) {
   memset(s, 0, sizeof *s);
@@ -325,41 +316,53 @@ typedef struct foreign_job {
   size_t nb;
 } foreign_job;
 
-#define CHECK_EPERM(call, what)                                                             \
-  do {                                                                                      \
-    errno = 0;                                                                              \
-    void *r_ = (call);                                                                      \
-    int e_ = errno;                                                                         \
-    CHECKF(r_ == NULL && e_ == EPERM, "%s on another thread's heap returned %p (errno %d)", \
-           what, r_, e_);                                                                   \
+#define CHECK_EPERM(call, what, whose)                                                  \
+  do {                                                                                  \
+    errno = 0;                                                                          \
+    void *r_ = (call);                                                                  \
+    int e_ = errno;                                                                     \
+    CHECKF(r_ == NULL && e_ == EPERM, "%s on %s returned %p (errno %d)", what, whose, r_, \
+           e_);                                                                         \
   } while (0)
 
-static void *foreign_refused(void *arg) {
-  foreign_job *j = arg;
-  fw_heap_t *h = j->h;
+/* Every owner-only call on h, made by a thread that does not own it, is
+ * refused with the documented result: nothing allocated, nothing changed. b[0..nb)
+ * are blocks of h (NULL entries skipped; two of them must be live). */
+static void check_refused(fw_heap_t *h, const blk *b, size_t nb, const char *whose) {
   fw_heap_stats_t s;
   memset(&s, 0, sizeof s);
   s.size = sizeof s;
   errno = 0;
   int rc = X.heap_stats(h, &s);
   int e = errno;
-  CHECKF(rc == -1 && e == EPERM, "fw_heap_stats on another thread's heap returned %d (errno %d)", rc, e);
-  for (size_t i = 0; i < j->nb; i++)
-    CHECKF(!X.heap_contains(h, j->b[i].p), "fw_heap_contains on another thread's heap: true for %p",
-           (void *)j->b[i].p);
+  CHECKF(rc == -1 && e == EPERM, "fw_heap_stats on %s returned %d (errno %d)", whose, rc, e);
+  const blk *live[2] = {NULL, NULL};
+  for (size_t i = 0; i < nb; i++) {
+    if (!b[i].p) continue;
+    CHECKF(!X.heap_contains(h, b[i].p), "fw_heap_contains on %s: true for %p", whose, (void *)b[i].p);
+    if (!live[0]) live[0] = &b[i];
+    else if (!live[1]) live[1] = &b[i];
+  }
+  CHECK(live[1] != NULL);
   size_t visited = visit_count(h);
-  CHECKF(visited == 0, "fw_heap_visit on another thread's heap reported %zu blocks", visited);
-  CHECK_EPERM(X.heap_malloc(h, 100), "fw_heap_malloc(100)");
-  CHECK_EPERM(X.heap_malloc(h, 300000), "fw_heap_malloc(300000)");
-  CHECK_EPERM(X.heap_calloc(h, 10, 10), "fw_heap_calloc(10, 10)");
-  CHECK_EPERM(X.heap_malloc_aligned(h, 100, 64), "fw_heap_malloc_aligned(100, 64)");
-  CHECK_EPERM(X.heap_realloc(h, NULL, 100), "fw_heap_realloc(NULL, 100)");
-  CHECK_EPERM(X.heap_realloc(h, j->b[0].p, 3 * j->b[0].n + 5000), "fw_heap_realloc of a block, larger");
-  CHECK_EPERM(X.heap_realloc(h, j->b[1].p, 1), "fw_heap_realloc of a block, smaller");
+  CHECKF(visited == 0, "fw_heap_visit on %s reported %zu blocks", whose, visited);
+  CHECK_EPERM(X.heap_malloc(h, 100), "fw_heap_malloc(100)", whose);
+  CHECK_EPERM(X.heap_malloc(h, 300000), "fw_heap_malloc(300000)", whose);
+  CHECK_EPERM(X.heap_calloc(h, 10, 10), "fw_heap_calloc(10, 10)", whose);
+  CHECK_EPERM(X.heap_malloc_aligned(h, 100, 64), "fw_heap_malloc_aligned(100, 64)", whose);
+  CHECK_EPERM(X.heap_realloc(h, NULL, 100), "fw_heap_realloc(NULL, 100)", whose);
+  CHECK_EPERM(X.heap_realloc(h, live[0]->p, 3 * live[0]->n + 5000), "fw_heap_realloc of a block, larger", whose);
+  CHECK_EPERM(X.heap_realloc(h, live[1]->p, 1), "fw_heap_realloc of a block, smaller", whose);
   X.heap_collect(h, false);
   X.heap_collect(h, true);
   X.heap_delete(h);
   X.heap_destroy(h);
+}
+
+static void *foreign_refused(void *arg) {
+  foreign_job *j = arg;
+  fw_heap_t *h = j->h;
+  check_refused(h, j->b, j->nb, "another thread's heap");
   /* fw_heap_usable_size is for any thread. */
   for (size_t i = 0; i < j->nb; i++) CHECK(X.heap_usable_size(h, j->b[i].p) >= j->b[i].n);
   return NULL;
@@ -607,29 +610,7 @@ static void t_dead_heap(void) {
   size_t live = 0;
   for (size_t i = 0; i < DN; i++) live += dead_b[i].p != NULL;
 
-  fw_heap_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  errno = 0;
-  int rc = X.heap_stats(h, &s);
-  int e = errno;
-  CHECKF(rc == -1 && e == EPERM, "fw_heap_stats on the heap of an exited thread returned %d (errno %d)", rc, e);
-  for (size_t i = 0; i < DN; i++)
-    if (dead_b[i].p)
-      CHECKF(!X.heap_contains(h, dead_b[i].p), "fw_heap_contains on the heap of an exited thread: true for %p",
-             (void *)dead_b[i].p);
-  size_t visited = visit_count(h);
-  CHECKF(visited == 0, "fw_heap_visit on the heap of an exited thread reported %zu blocks", visited);
-  CHECK_EPERM(X.heap_malloc(h, 100), "fw_heap_malloc(100) (heap of an exited thread)");
-  CHECK_EPERM(X.heap_malloc(h, 200000), "fw_heap_malloc(200000) (heap of an exited thread)");
-  CHECK_EPERM(X.heap_calloc(h, 3, 33), "fw_heap_calloc(3, 33) (heap of an exited thread)");
-  CHECK_EPERM(X.heap_malloc_aligned(h, 100, 256), "fw_heap_malloc_aligned(100, 256) (heap of an exited thread)");
-  CHECK_EPERM(X.heap_realloc(h, NULL, 100), "fw_heap_realloc(NULL, 100) (heap of an exited thread)");
-  CHECK_EPERM(X.heap_realloc(h, dead_b[1].p, dead_b[1].n * 3 + 100),
-              "fw_heap_realloc of a block (heap of an exited thread)");
-  X.heap_collect(h, true);
-  X.heap_delete(h);
-  X.heap_destroy(h);
+  check_refused(h, dead_b, DN, "the heap of an exited thread");
 
   /* The blocks outlive their heap: intact, and freeable from any thread. */
   for (size_t i = 0; i < DN; i++) {

@@ -37,18 +37,18 @@ static double stress_seconds(void) {
 }
 
 /* ---- blocks ------------------------------------------------------------------ */
-typedef struct blk {
+typedef struct sblk {
   char *p;
   size_t n;     /* bytes asked for, all of them patterned */
   size_t align; /* alignment asked for; 0: none */
   size_t slack; /* alignment padding the heap's bytes_live may count besides the usable size */
-} blk;
+} sblk;
 
 /* The pattern depends on the address, so a block handed out twice, or two
  * blocks at one address, cannot both pass. */
-static uint64_t bseed(const void *p, size_t n) { return fwt_seed(p, n, 0x57e5); }
-static void stamp(void *p, size_t n) { fwt_fill(p, n, bseed(p, n)); }
-static void verify(const void *p, size_t n) { CHECK_PATTERN(p, n, bseed(p, n)); }
+static uint64_t sseed(const void *p, size_t n) { return fwt_seed(p, n, 0x57e5); }
+static void stamp(void *p, size_t n) { fwt_fill(p, n, sseed(p, n)); }
+static void verify(const void *p, size_t n) { CHECK_PATTERN(p, n, sseed(p, n)); }
 
 /* 8 B .. 256 KiB, mostly small; a few up to 4 MiB (mappings of their own). */
 static size_t block_size(fwt_rng *r) {
@@ -62,7 +62,7 @@ static size_t block_size(fwt_rng *r) {
 
 /* A free of the caller's own block, by one of the free functions that fit
  * how it was allocated. */
-static void release(fwt_rng *r, const blk *b) {
+static void release(fwt_rng *r, const sblk *b) {
   verify(b->p, b->n);
   uint64_t x = fwt_next(r) % 4;
   if (b->align && x == 0) X.free_aligned_sized(b->p, b->align, b->n);
@@ -83,7 +83,7 @@ enum { SLOTS = 6, BOX_CAP = 256 };
 typedef struct locked_box {
   pthread_mutex_t mu;
   size_t head, count;
-  blk items[BOX_CAP];
+  sblk items[BOX_CAP];
 } locked_box;
 
 /* Lock-free: a sender claims an empty cell by CAS 0 -> BUSY, writes the
@@ -105,7 +105,7 @@ static bool locked_put(locked_box *b, char *p, size_t n) {
   bool ok = false;
   pthread_mutex_lock(&b->mu);
   if (b->count < BOX_CAP) {
-    b->items[(b->head + b->count++) % BOX_CAP] = (blk){p, n, 0, 0};
+    b->items[(b->head + b->count++) % BOX_CAP] = (sblk){p, n, 0, 0};
     ok = true;
   }
   pthread_mutex_unlock(&b->mu);
@@ -147,7 +147,7 @@ static void take(fwt_rng *r, char *p, size_t n) {
   verify(p, n);
   if (fwt_next(r) % 8 == 0) {
     size_t m = block_size(r), keep = m < n ? m : n;
-    uint64_t seed = bseed(p, n);
+    uint64_t seed = sseed(p, n);
     char *q = A.realloc(p, m);
     CHECKF(q != NULL, "realloc of another thread's block (%zu -> %zu bytes)", n, m);
     CHECKF(fwt_verify(q, keep, seed) == SIZE_MAX, "realloc %zu -> %zu lost the contents", n, m);
@@ -165,7 +165,7 @@ static void take(fwt_rng *r, char *p, size_t n) {
 
 static void drain(fwt_rng *r, int slot) {
   locked_box *lb = &boxes[slot].locked;
-  blk got[BOX_CAP];
+  sblk got[BOX_CAP];
   size_t count;
   pthread_mutex_lock(&lb->mu);
   count = lb->count;
@@ -188,7 +188,7 @@ enum { MAX_HEAPS = 3, HEAP_BLOCKS = 384, DEF_BLOCKS = 512 };
 
 typedef struct hrec {
   fw_heap_t *h;
-  blk *b; /* the blocks of h this thread holds */
+  sblk *b; /* the blocks of h this thread holds */
   size_t count;
   size_t fixed;  /* b[0 .. fixed-1] are left alone by the random operations */
   bool share;    /* may hand blocks out: then it never ends with destroy */
@@ -200,12 +200,12 @@ typedef struct worker {
   fwt_rng r;
   hrec heaps[MAX_HEAPS];
   size_t nheaps;
-  blk *def; /* blocks of the default heap (from malloc, or moved there by delete) */
+  sblk *def; /* blocks of the default heap (from malloc, or moved there by delete) */
   size_t ndef;
-  blk *store; /* scratch memory behind the block arrays */
+  sblk *store; /* scratch memory behind the block arrays */
 } worker;
 
-static const size_t worker_store = (MAX_HEAPS * HEAP_BLOCKS + DEF_BLOCKS) * sizeof(blk);
+static const size_t worker_store = (MAX_HEAPS * HEAP_BLOCKS + DEF_BLOCKS) * sizeof(sblk);
 
 static void heap_new(worker *w) {
   hrec *hr = &w->heaps[w->nheaps];
@@ -229,7 +229,7 @@ static void heap_forget(worker *w, size_t i) {
   w->heaps[last] = t;
 }
 
-static void check_new_block(worker *w, hrec *hr, const blk *b) {
+static void check_new_block(worker *w, hrec *hr, const sblk *b) {
   CHECKF(b->p != NULL, "allocating %zu bytes (alignment %zu) from a heap", b->n, b->align);
   if (b->align) CHECKF(fwt_aligned(b->p, b->align), "%p is not aligned to %zu", (void *)b->p, b->align);
   CHECK(X.heap_usable_size(hr->h, b->p) >= b->n);
@@ -245,14 +245,14 @@ static void heap_alloc(worker *w, hrec *hr) {
   uint64_t x = fwt_next(r) % 100;
   if (x < 20 && hr->count > hr->fixed) {
     /* realloc: the contents up to the smaller size survive */
-    blk *b = &hr->b[fwt_range(r, hr->fixed, hr->count - 1)];
+    sblk *b = &hr->b[fwt_range(r, hr->fixed, hr->count - 1)];
     size_t keep = n < b->n ? n : b->n;
-    uint64_t seed = bseed(b->p, b->n);
+    uint64_t seed = sseed(b->p, b->n);
     verify(b->p, b->n);
     char *q = X.heap_realloc(hr->h, b->p, n);
     CHECKF(q != NULL, "fw_heap_realloc(%zu -> %zu)", b->n, n);
     CHECKF(fwt_verify(q, keep, seed) == SIZE_MAX, "fw_heap_realloc %zu -> %zu lost the contents", b->n, n);
-    *b = (blk){q, n, 0, q == b->p ? b->slack : 0};
+    *b = (sblk){q, n, 0, q == b->p ? b->slack : 0};
     check_new_block(w, hr, b);
     stamp(b->p, b->n);
     return;
@@ -261,7 +261,7 @@ static void heap_alloc(worker *w, hrec *hr) {
     release(r, &hr->b[hr->fixed]);
     hr->b[hr->fixed] = hr->b[--hr->count];
   }
-  blk b = {NULL, n, 0, 0};
+  sblk b = {NULL, n, 0, 0};
   if (x < 40) {
     size_t c = fwt_range(r, 1, 4), each = (n + c - 1) / c;
     b.n = c * each;
@@ -288,7 +288,7 @@ static void heap_alloc(worker *w, hrec *hr) {
 static void heap_burst(worker *w, hrec *hr) {
   size_t n = fwt_range(&w->r, 512, 4096), k = ((size_t)64 << 10) / n + 4, start = hr->count;
   for (size_t i = 0; i < k && hr->count < HEAP_BLOCKS; i++) {
-    blk b = {X.heap_malloc(hr->h, n), n, 0, 0};
+    sblk b = {X.heap_malloc(hr->h, n), n, 0, 0};
     check_new_block(w, hr, &b);
     stamp(b.p, b.n);
     hr->b[hr->count++] = b;
@@ -303,7 +303,7 @@ static void heap_burst(worker *w, hrec *hr) {
   }
 }
 
-static void def_add(worker *w, blk b) {
+static void def_add(worker *w, sblk b) {
   if (w->ndef == DEF_BLOCKS) {
     size_t i = fwt_next(&w->r) % w->ndef;
     release(&w->r, &w->def[i]);
@@ -314,7 +314,7 @@ static void def_add(worker *w, blk b) {
 
 static void def_alloc(worker *w) {
   size_t n = block_size(&w->r);
-  blk b = {NULL, n, 0, 0};
+  sblk b = {NULL, n, 0, 0};
   if (fwt_next(&w->r) % 4 == 0) {
     b.p = A.calloc(1, n);
     CHECKF(b.p != NULL, "calloc(1, %zu)", n);
@@ -371,7 +371,7 @@ static void check_heap(worker *w, hrec *hr) {
   fw_heap_t *def = X.heap_get_default();
   size_t usable = 0, slack = 0;
   for (size_t i = 0; i < hr->count; i++) {
-    const blk *b = &hr->b[i];
+    const sblk *b = &hr->b[i];
     verify(b->p, b->n);
     CHECKF(X.heap_contains(hr->h, b->p), "block %p (%zu bytes) of heap %p is not contained in it",
            (void *)b->p, b->n, (void *)hr->h);
@@ -417,7 +417,7 @@ static void end_delete(worker *w, size_t i) {
   X.heap_delete(hr->h);
   fw_heap_t *def = X.heap_get_default();
   for (size_t k = 0; k < hr->count; k++) {
-    blk b = hr->b[k];
+    sblk b = hr->b[k];
     verify(b.p, b.n);
     CHECKF(X.heap_contains(def, b.p), "after fw_heap_delete block %p is not in the default heap", (void *)b.p);
     CHECK(X.usable_size(b.p) >= b.n);
@@ -442,7 +442,7 @@ static void end_destroy(worker *w, size_t i) {
 static void end_abandon(worker *w, size_t i) {
   hrec *hr = &w->heaps[i];
   for (size_t k = 0; k < hr->count; k++) {
-    blk b = hr->b[k];
+    sblk b = hr->b[k];
     verify(b.p, b.n);
     if (!pass_on(&w->r, w->slot, b.p, b.n)) release(&w->r, &b);
   }
@@ -517,15 +517,21 @@ static int wait_done(void) {
   return slot;
 }
 
+/* A worker's state, its block store carved into one range per heap slot
+ * and one for the default heap. */
+static void worker_init(worker *w, int slot, uint64_t seed) {
+  memset(w, 0, sizeof *w);
+  w->slot = slot;
+  fwt_rng_init(&w->r, seed);
+  w->store = fwt_scratch(worker_store);
+  for (size_t i = 0; i < MAX_HEAPS; i++) w->heaps[i].b = w->store + i * HEAP_BLOCKS;
+  w->def = w->store + MAX_HEAPS * HEAP_BLOCKS;
+}
+
 static void *worker_main(void *arg) {
   int slot = (int)(uintptr_t)arg;
   worker w;
-  memset(&w, 0, sizeof w);
-  w.slot = slot;
-  fwt_rng_init(&w.r, slots[slot].id * 7919 + 17);
-  w.store = fwt_scratch(worker_store);
-  for (size_t i = 0; i < MAX_HEAPS; i++) w.heaps[i].b = w.store + i * HEAP_BLOCKS;
-  w.def = w.store + MAX_HEAPS * HEAP_BLOCKS;
+  worker_init(&w, slot, slots[slot].id * 7919 + 17);
   atomic_fetch_add_explicit(&st_threads, 1, memory_order_relaxed);
 
   size_t rounds = fwt_range(&w.r, 1, 5);
@@ -543,7 +549,7 @@ static void *worker_main(void *arg) {
   }
   /* The default heap's blocks: some to other threads, the rest freed. */
   for (size_t i = 0; i < w.ndef; i++) {
-    blk b = w.def[i];
+    sblk b = w.def[i];
     verify(b.p, b.n);
     if (fwt_next(&w.r) % 2 || !pass_on(&w.r, slot, b.p, b.n)) release(&w.r, &b);
   }
@@ -717,12 +723,7 @@ static pub *publish(worker *w, hrec *hr, char **sample, size_t *n) {
 static void *owner_main(void *arg) {
   int slot = (int)(uintptr_t)arg;
   worker w;
-  memset(&w, 0, sizeof w);
-  w.slot = slot;
-  fwt_rng_init(&w.r, slots[slot].id * 131 + 3);
-  w.store = fwt_scratch(worker_store);
-  for (size_t i = 0; i < MAX_HEAPS; i++) w.heaps[i].b = w.store + i * HEAP_BLOCKS;
-  w.def = w.store + MAX_HEAPS * HEAP_BLOCKS;
+  worker_init(&w, slot, slots[slot].id * 131 + 3);
   /* slot F_OWNERS + F_PROBERS is the final owner, which always leaves its
    * heaps behind. */
   bool final = slot == F_OWNERS + F_PROBERS;
@@ -738,7 +739,7 @@ static void *owner_main(void *arg) {
       e[j] = publish(&w, &w.heaps[j], &sample[j], &n[j]);
       /* The published block counts in the heap's statistics, and stays
        * put while probers read it. */
-      w.heaps[j].b[w.heaps[j].count++] = (blk){sample[j], n[j], 0, 0};
+      w.heaps[j].b[w.heaps[j].count++] = (sblk){sample[j], n[j], 0, 0};
       w.heaps[j].fixed = 1;
     }
     size_t ops = final ? 50 : fwt_range(&w.r, 200, 800);

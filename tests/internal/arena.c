@@ -14,21 +14,9 @@ typedef struct claim {
   uint64_t tag;
 } claim;
 
-static size_t reserved_bytes(void) {
-  fw_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  CHECK(fw_stats_get(&s) == 0);
-  return s.bytes_reserved;
-}
+static size_t reserved_bytes(void) { return it_stats().bytes_reserved; }
 
-static size_t purged_bytes(void) {
-  fw_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  CHECK(fw_stats_get(&s) == 0);
-  return s.bytes_purged;
-}
+static size_t purged_bytes(void) { return it_stats().bytes_purged; }
 
 static claim take(size_t n, bool *is_zero) {
   claim c = {0};
@@ -85,22 +73,22 @@ static void t_arena_alloc(void) {
   enum { MAXLIVE = 256 };
   static claim live[MAXLIVE];
   size_t nlive = 0, live_chunks = 0;
-  it_rng r;
-  it_rng_init(&r, 1234);
+  fwt_rng r;
+  fwt_rng_init(&r, 1234);
   size_t order[64];
   for (size_t i = 0; i < 64; i++) order[i] = i + 1;
   for (size_t i = 63; i > 0; i--) {
-    size_t j = it_range(&r, 0, i), t = order[i];
+    size_t j = fwt_range(&r, 0, i), t = order[i];
     order[i] = order[j];
     order[j] = t;
   }
   for (int step = 0; step < 600; step++) {
     /* every size once first, then sizes weighted towards the small ones */
-    size_t n = step < 64 ? order[step] : (it_next(&r) & 3) ? it_range(&r, 1, 8) : it_range(&r, 1, 64);
-    while (nlive && (live_chunks + n > budget || nlive == MAXLIVE || it_range(&r, 0, 2) == 0)) {
-      size_t k = it_range(&r, 0, nlive - 1);
+    size_t n = step < 64 ? order[step] : (fwt_next(&r) & 3) ? fwt_range(&r, 1, 8) : fwt_range(&r, 1, 64);
+    while (nlive && (live_chunks + n > budget || nlive == MAXLIVE || fwt_range(&r, 0, 2) == 0)) {
+      size_t k = fwt_range(&r, 0, nlive - 1);
       check_tag(&live[k]);
-      fw_arena_free(live[k].arena, live[k].chunk, live[k].n, it_range(&r, 0, 3) == 0);
+      fw_arena_free(live[k].arena, live[k].chunk, live[k].n, fwt_range(&r, 0, 3) == 0);
       live_chunks -= live[k].n;
       live[k] = live[--nlive];
     }
@@ -109,7 +97,7 @@ static void t_arena_alloc(void) {
     for (size_t k = 0; k < nlive; k++)
       CHECKF(!overlap(&c, &live[k]), "claim %p (%zu chunks) overlaps live claim %p (%zu chunks)", (void *)c.p,
              n, (void *)live[k].p, live[k].n);
-    tag_claim(&c, it_next(&r) | 1, zero);
+    tag_claim(&c, fwt_next(&r) | 1, zero);
     live[nlive++] = c;
     live_chunks += n;
   }

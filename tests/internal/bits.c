@@ -60,15 +60,15 @@ static void t_mask_runs(void) {
         check_mask(ref_low(a) | (ref_low(b) << (a + gap)));
         check_mask((ref_low(a) << (64 - a)) | (ref_low(b) << (64 - a - gap - b)));
       }
-  it_rng r;
-  it_rng_init(&r, 42);
+  fwt_rng r;
+  fwt_rng_init(&r, 42);
   for (int i = 0; i < 20000; i++) {
-    uint64_t m = it_next(&r);
+    uint64_t m = fwt_next(&r);
     switch (i % 5) {
-    case 1: m &= it_next(&r); break;                 /* sparse */
-    case 2: m |= it_next(&r) | it_next(&r); break;  /* dense */
-    case 3: m |= it_next(&r); m |= m >> 1; m |= m << 2; break; /* long runs */
-    case 4: m = ~(m & it_next(&r) & it_next(&r)); break;       /* few holes */
+    case 1: m &= fwt_next(&r); break;                 /* sparse */
+    case 2: m |= fwt_next(&r) | fwt_next(&r); break;  /* dense */
+    case 3: m |= fwt_next(&r); m |= m >> 1; m |= m << 2; break; /* long runs */
+    case 4: m = ~(m & fwt_next(&r) & fwt_next(&r)); break;       /* few holes */
     default: break;
     }
     check_mask(m);
@@ -90,13 +90,13 @@ static void t_bit_helpers(void) {
   }
   CHECK(!fw_is_pow2(SIZE_MAX));
 
-  it_rng r;
-  it_rng_init(&r, 7);
+  fwt_rng r;
+  fwt_rng_init(&r, 7);
   for (unsigned k = 0; k < sizeof(size_t) * 8 - 1; k++) {
     size_t a = (size_t)1 << k;
     size_t xs[16] = {0, 1, a - 1, a, a + 1, 2 * a - 1, 2 * a, 3 * a + 1, SIZE_MAX / 2, SIZE_MAX - a,
-                     (size_t)it_next(&r), (size_t)it_next(&r), (size_t)it_next(&r) >> k,
-                     (size_t)it_next(&r) >> 1, 12345, 4096};
+                     (size_t)fwt_next(&r), (size_t)fwt_next(&r), (size_t)fwt_next(&r) >> k,
+                     (size_t)fwt_next(&r) >> 1, 12345, 4096};
     for (size_t i = 0; i < IT_COUNT(xs); i++) {
       size_t x = xs[i];
       size_t down = x - x % a;
@@ -108,7 +108,7 @@ static void t_bit_helpers(void) {
     }
   }
   for (int i = 0; i < 1000; i++) {
-    uint64_t x = it_next(&r) | 1;
+    uint64_t x = fwt_next(&r) | 1;
     CHECK(fw_ctz64(x << (i % 64)) == (unsigned)(i % 64));
     CHECK(fw_popcount64(x) == (unsigned)__builtin_popcountll((unsigned long long)x));
   }

@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "freeway.h"
+#include "fwrng.h"
+
 
 __attribute__((noreturn, format(printf, 4, 5))) static inline void it_fail(const char *file, int line,
                                                                           const char *cond,
@@ -77,24 +80,13 @@ static inline int it_main(int argc, char **argv, const it_section *s, size_t n) 
 }
 #define IT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-/* xorshift64*: reproducible sequences; the seed is printed by the caller
- * when it matters. */
-typedef struct it_rng { uint64_t s; } it_rng;
-static inline void it_rng_init(it_rng *r, uint64_t seed) {
-  uint64_t x = seed + 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  r->s = (x ^ (x >> 31)) | 1;
-}
-static inline uint64_t it_next(it_rng *r) {
-  r->s ^= r->s >> 12;
-  r->s ^= r->s << 25;
-  r->s ^= r->s >> 27;
-  return r->s * 0x2545f4914f6cdd1dull;
-}
-/* Uniform in [lo, hi]. */
-static inline size_t it_range(it_rng *r, size_t lo, size_t hi) {
-  return lo + (size_t)(it_next(r) % ((uint64_t)(hi - lo) + 1));
+/* The public counters (fw_stats_get), checked. */
+static inline fw_stats_t it_stats(void) {
+  fw_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.size = sizeof s;
+  CHECK(fw_stats_get(&s) == 0);
+  return s;
 }
 
 #endif

@@ -23,13 +23,7 @@ static fw_tld_t *test_tld(void) {
   return tld;
 }
 
-static size_t live_segments(void) {
-  fw_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.size = sizeof s;
-  CHECK(fw_stats_get(&s) == 0);
-  return s.segments;
-}
+static size_t live_segments(void) { return it_stats().segments; }
 
 static bool owns(const fw_tld_t *tld, const fw_segment_t *seg) {
   for (const fw_segment_t *s = tld->segments; s; s = s->next)
