@@ -211,6 +211,11 @@ FW_INLINE size_t fw_size_class(size_t size) {
 }
 
 /* ---- the block lists: one pop and one push for every path ----------------- */
+/* Every read and write of a free-list link goes through these two, so that
+ * the links' encoding lives in one place. A list ends at FW_LIST_END. */
+#define FW_LIST_END NULL
+FW_INLINE fw_block_t *fw_block_next(const fw_block_t *b) { return b->next; }
+FW_INLINE void fw_block_set_next(fw_block_t *b, fw_block_t *next) { b->next = next; }
 FW_INLINE fw_block_t *fw_page_pop(fw_page_t *page) {
   fw_block_t *b = page->free;
   page->free = b->next;
