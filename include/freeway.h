@@ -44,7 +44,9 @@ FW_API FW_ALLOC_SIZE(2) void *fw_realloc(void *p, size_t size);
 FW_API FW_ALLOC_SIZE2(2, 3) void *fw_reallocarray(void *p, size_t count, size_t size);
 FW_API void fw_free(void *p);
 /* Sized and aligned frees: size may be anything between the requested size
- * and fw_malloc_usable_size(p); alignment must be the one asked for. */
+ * and fw_malloc_usable_size(p); alignment must be the one asked for. In
+ * cautious mode (FREEWAY_CAUTIOUS=1, docs/cautious.md) both are checked,
+ * and fw_malloc_usable_size(p) is the requested size. */
 FW_API void fw_free_sized(void *p, size_t size);
 FW_API void fw_free_aligned(void *p, size_t alignment);
 FW_API void fw_free_aligned_sized(void *p, size_t alignment, size_t size);
@@ -115,7 +117,10 @@ typedef struct fw_heap_stats_s {
   size_t bytes_reserved; /* bytes of those pages */
 } fw_heap_stats_t;
 /* Exact for blocks allocated and freed by the owning thread; blocks freed by
- * other threads are counted once the owner has collected them. */
+ * other threads are counted once the owner has collected them. In cautious
+ * mode blocks_live and bytes_live count the live blocks with their
+ * requested sizes (plus the padding in front of an aligned block), exact at
+ * once whoever freed them. */
 FW_API int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out);
 
 /* ---- Object pools -------------------------------------------------------- */
@@ -170,7 +175,9 @@ FW_API int fw_option_set(const char *name, long value);
 
 /* ---- Leak search and heap walking -------------------------------------- */
 /* Calls visit for every live block of heap (owner thread only, see above);
- * stops when visit returns false. FREEWAY_LEAK_REPORT=1 uses it at exit. */
+ * stops when visit returns false. FREEWAY_LEAK_REPORT=1 uses it at exit.
+ * In cautious mode block and usable_size are the pointer handed out and
+ * the requested size. */
 typedef bool fw_block_visitor_t(const void *block, size_t usable_size, void *arg);
 FW_API void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg);
 

@@ -7,6 +7,8 @@
 #      churn, fork, out-of-memory, RSS, LD_PRELOAD and static flavours, real
 #      programs under LD_PRELOAD, the install tree moved elsewhere and used
 #      through pkg-config and find_package),
+#   3b. the same tests again in cautious mode (FREEWAY_CAUTIOUS=1), but for
+#      the few that measure or assert what only the default mode does,
 #   4. build of everything with clang (-Werror) and its fw_* C tests,
 #   5. AddressSanitizer + UBSan build of the fw_* tests,
 #   6. ThreadSanitizer build of the multi-threaded tests,
@@ -17,13 +19,13 @@
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "layers release clang asan tsan m32 debug").
+#   FW_TEST_STAGES (default "layers release cautious clang asan tsan m32 debug").
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"layers release clang asan tsan m32 debug"}
+stages=${FW_TEST_STAGES:-"layers release cautious clang asan tsan m32 debug"}
 
 log() { printf '\n==== %s\n' "$*"; }
 
@@ -78,11 +80,12 @@ run_ctest() {
   local stage=$1 dir=$2
   shift 2
   local out="$dir/ctest-output.txt" rc=0
-  local exclude=()
+  local exclude=() skip=${stage_exclude:-}
   if [ -n "$known_failing" ]; then
     echo "NOTE: skipping tests matching $known_failing (FW_KNOWN_FAILING)"
-    exclude=(-E "$known_failing")
+    skip=${skip:+$skip|}$known_failing
   fi
+  [ -z "$skip" ] || exclude=(-E "$skip")
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${exclude[@]}" "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   local line pass=0 fail=0 all=0
@@ -139,6 +142,33 @@ stage_release() {
     build release build cmake --build build -j "$jobs" || return
   log "release tests"
   run_ctest release build --timeout 900
+}
+
+# The whole release suite again with FREEWAY_CAUTIOUS=1 (docs/cautious.md):
+# cautious mode must never stop a correct program, and the tests' own checks
+# must hold in it. Left out, as they are about what only the default mode
+# does:
+#   rss.*                   RSS and page-fault counts and purge timing (the
+#                           trailers and canaries touch memory, the
+#                           large-block cache is off);
+#   heapown.collect_race, heapown.foreign_calls, heapown.dead_heap,
+#   heapstress.foreign      a heap call from a thread that does not own the
+#                           heap must be refused and the program go on;
+#                           cautious mode aborts there by design (tested by
+#                           heapown.cautious and heap.misuse);
+#   internal.*              unit tests of the layers below the front end,
+#                           linked to the allocator's object files: no
+#                           cautious path runs in them, and some assert the
+#                           default mode's page flags.
+cautious_exclude='^rss\.|^heapown\.(collect_race|foreign_calls|dead_heap)(\.preload)?$|^heapstress\.foreign(\.preload)?$|^internal\.'
+stage_cautious() {
+  if [ ! -f build/CTestTestfile.cmake ]; then
+    log "release build (gcc), for the cautious stage"
+    build cautious build cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
+      build cautious build cmake --build build -j "$jobs" || return
+  fi
+  log "release tests in cautious mode (FREEWAY_CAUTIOUS=1)"
+  FREEWAY_CAUTIOUS=1 stage_exclude=$cautious_exclude run_ctest cautious build --timeout 900
 }
 
 stage_clang() {

@@ -120,11 +120,18 @@
  *   handler; they are re-entrant for the holder, so another library's
  *   prepare handler that runs after it may still allocate.
  *
- * CAUTIOUS MODE (FREEWAY_CAUTIOUS=1, check.c)
+ * CAUTIOUS MODE (FREEWAY_CAUTIOUS=1, check.c, docs/cautious.md)
  *   Every page carries FW_PF_CHECKED and every direct[] slot stays empty, so
- *   all calls take the slow path, which validates pointers, detects double
- *   frees and overruns of the requested size, and reports misuse with the
- *   address and size before aborting. The fast mode pays nothing for it.
+ *   all calls take the slow path. There every block gets a trailer (keyed
+ *   checksums of its requested size, form and state, live or freed) and a
+ *   canary; every free validates the pointer against the arenas before it
+ *   reads through it, and checks the state, the form and size the call
+ *   names, the canary and the block before; a block handed out again is
+ *   checked for writes made while it was free. Misuse is reported with the
+ *   block's sizes, threads and call stacks, then the process aborts. A free
+ *   fast path that faults on a pointer whose segment base is not mapped is
+ *   reported by a fault handler (os.c). The malloc and free fast paths pay
+ *   nothing for it.
  */
 #include "front.h"
 #include "check.h"
@@ -144,8 +151,10 @@ void *fw_enomem(void) {
  * whether the block was never handed out before from a page of zeroed
  * memory, so that calloc need not clear it. Only blocks above FW_DIRECT_MAX
  * can tell: all of their allocations come here (the fast path never pops
- * them), so page->fresh stays exact. */
-static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
+ * them), so page->fresh stays exact. With virgin (cautious mode, where
+ * every allocation of every size comes here): whether the block was never
+ * handed out before in its page's life. */
+static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool *virgin) {
   FW_ASSERT(heap != &fw_heap_empty);
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
   if (fw_unlikely((++heap->slow_count & 63) == 0)) {
@@ -154,6 +163,7 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
     if ((heap->slow_count & 4095) == 0) FW_VALIDATE_HEAP(heap);
   }
   if (fresh) *fresh = false;
+  if (virgin) *virgin = true;
   if (size > FW_MEDIUM_MAX) {
     if (size > PTRDIFF_MAX) return fw_enomem();
     void *p = fw_heap_large_malloc(heap, size, 0);
@@ -168,14 +178,16 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
     if (!page) return fw_enomem();
   }
   fw_block_t *b = fw_page_pop(page);
-  if (size > FW_DIRECT_MAX && (uint8_t *)b >= page->fresh) {
+  if ((size > FW_DIRECT_MAX || virgin) && (uint8_t *)b >= page->fresh) {
     page->fresh = (uint8_t *)b + page->block_size;
     if (fresh) *fresh = page->is_zero;
+  } else if (virgin) {
+    *virgin = false;
   }
   return b;
 }
 
-static void *fw_malloc_plain(fw_heap_t *heap, size_t size) { return fw_malloc_plain_ex(heap, size, NULL); }
+static void *fw_malloc_plain(fw_heap_t *heap, size_t size) { return fw_malloc_plain_ex(heap, size, NULL, NULL); }
 
 /* Alignment beyond what the size class gives: over-allocate inside a page
  * (marked FW_PF_ALIGNED so frees find the block start) or place a large
@@ -204,13 +216,57 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
   return p ? p : fw_enomem();
 }
 
-/* Cautious mode: every block carries a trailer after the requested bytes. */
-FW_COLD static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t align) {
-  if (size > PTRDIFF_MAX - 64) return fw_enomem();
-  size_t padded = size + FW_CHECK_PAD;
-  void *user = align ? fw_malloc_aligned_plain(heap, padded, align) : fw_malloc_plain(heap, padded);
-  if (user) fw_check_after_malloc(user, size);
+/* Cautious mode: every block carries a trailer after the requested bytes
+ * (check.c). align: what the caller asked for, 0 for none. */
+FW_NOINLINE static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t align) {
+  size_t padded = fw_check_padded(size);
+  if (!padded) return fw_enomem();
+  bool virgin = true;
+  uint8_t *b, *user;
+  if (align <= FW_MIN_ALIGN) {
+    b = user = fw_malloc_plain_ex(heap, padded, NULL, &virgin);
+  } else if (align <= FW_MEDIUM_MAX && padded + align - 1 <= FW_MEDIUM_MAX) {
+    /* never the plain block first, as fw_malloc_aligned_plain does: one
+     * that came back unused would be a free block with no freed mark */
+    b = fw_malloc_plain_ex(heap, padded + align - 1, NULL, &virgin);
+    user = b ? (uint8_t *)fw_align_up((uintptr_t)b, align) : NULL;
+    if (user != b) {
+      fw_page_t *page = fw_ptr_page(b);
+      fw_page_flags_set(page, page->flags | FW_PF_ALIGNED);
+    }
+  } else {
+    if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
+    b = user = fw_heap_large_malloc(heap, padded, align);
+    if (!b) fw_enomem();
+  }
+  if (b) fw_check_malloc(fw_ptr_page(b), b, user, size, align, virgin);
   return user;
+}
+
+/* realloc in cautious mode: the block must be live and of the malloc
+ * family; it stays where it is when its block has room (a large block may
+ * grow into the free slices after it) and it does not shrink below half. */
+FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t size) {
+  fw_page_t *page;
+  size_t old = fw_check_realloc(p, &page);
+  size_t padded = fw_check_padded(size);
+  if (!padded) return fw_enomem();
+  size_t room = page->block_size - (size_t)((uint8_t *)p - (uint8_t *)fw_page_block_start(page, p));
+  if (size >= old / 2 && padded <= room) {
+    fw_check_resize(p, size);
+    return p;
+  }
+  if (size > old && page->kind == FW_KIND_LARGE && p == page->area &&
+      atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
+      fw_large_grow(page, padded)) {
+    fw_check_resize(p, size);
+    return p;
+  }
+  void *q = fw_heap_malloc_fast(heap, size);
+  if (!q) return NULL;
+  memcpy(q, p, old < size ? old : size);
+  fw_free_generic(p);
+  return q;
 }
 
 void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
@@ -235,7 +291,7 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
   if (zero && size > FW_DIRECT_MAX && size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
     /* memory fresh from the OS is not cleared again: only the link word */
     bool fresh = false;
-    void *p = fw_malloc_plain_ex(heap, size, &fresh);
+    void *p = fw_malloc_plain_ex(heap, size, &fresh, NULL);
     if (p) {
       if (fresh) ((fw_block_t *)p)->next = NULL;
       else memset(p, 0, size);
@@ -255,12 +311,17 @@ void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool
     errno = EINVAL;
     return NULL;
   }
+  if (fw_unlikely(fw_opt(CAUTIOUS))) {
+    /* the request as made, so that a sized free can be checked against it */
+    void *p = fw_malloc_cautious(heap, size, align);
+    if (p && zero) memset(p, 0, size);
+    return p;
+  }
   /* every block of 16 bytes or more is 16-aligned (classes are multiples
    * of 16 from there, pages start 64 KiB- or 4 KiB-aligned) */
   if (align <= FW_MIN_ALIGN) return fw_heap_malloc_zero(heap, size < align ? align : size, zero);
   if (size > PTRDIFF_MAX) return fw_enomem();
-  void *p = fw_unlikely(fw_opt(CAUTIOUS)) ? fw_malloc_cautious(heap, size, align)
-                                          : fw_malloc_aligned_plain(heap, size, align);
+  void *p = fw_malloc_aligned_plain(heap, size, align);
   if (p && zero) {
     fw_page_t *page = fw_ptr_page(p);
     if (!(page->kind == FW_KIND_LARGE && page->is_zero)) memset(p, 0, size);
@@ -276,14 +337,12 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
     return NULL;
   }
   if (size > PTRDIFF_MAX) return fw_enomem();
+  if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_realloc_cautious(heap, p, size);
   size_t usable = fw_usable_size(p);
   /* Keep the block when it fits and would not waste more than half of it. */
-  if (size <= usable && size >= usable / 2) {
-    if (fw_unlikely(fw_opt(CAUTIOUS))) fw_check_resize(p, size);
-    return p;
-  }
+  if (size <= usable && size >= usable / 2) return p;
   /* A large block of this thread grows into the free slices after it. */
-  if (size > usable && size > FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
+  if (size > usable && size > FW_MEDIUM_MAX) {
     fw_page_t *page = fw_ptr_page(p);
     if (page->kind == FW_KIND_LARGE && p == page->area &&
         atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
@@ -294,7 +353,7 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
    * buffer, a vector): give it a quarter more, so that the next few
    * reallocs stay in place instead of copying through every size class. */
   size_t want = size;
-  if (size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) want = size + size / 4;
+  if (size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX) want = size + size / 4;
   void *q = fw_heap_malloc_fast(heap, want);
   if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
   if (!q) return NULL;

@@ -2,34 +2,90 @@
  * paths of fast.h, argument rules, and the hand-off to thread.c when the
  * calling thread has no heap yet. override.c maps the standard names here. */
 #include "fast.h"
+#include "check.h"
+#include "options.h"
 #include <string.h>
 
 void *fw_malloc(size_t size) { return fw_malloc_fast(size); }
-/* The same entry under a hidden name: operator new calls it directly, not
- * through the GOT as an exported (interposable) name would need. */
-FW_HIDDEN void *fw_malloc_direct(size_t size);
-void *fw_malloc_direct(size_t size) { return fw_malloc_fast(size); }
 
-void fw_free(void *p) { fw_free_fast(p); }
-FW_HIDDEN void fw_free_direct(void *p);
-void fw_free_direct(void *p) { fw_free_fast(p); }  /* for operator delete: not interposable */
+/* The frees read the pointer's slice descriptor before anything has
+ * validated it (FW_PROBING: cautious mode explains a fault there). */
+FW_PROBING void fw_free(void *p) { fw_free_fast(p); }
 
-/* The size is a hint only: the block's page knows its size class. */
-void fw_free_sized(void *p, size_t size) {
-  (void)size;
+/* The size and alignment are hints only: the block's page knows its size
+ * class. Cautious mode checks them against the block. */
+FW_PROBING void fw_free_sized(void *p, size_t size) {
+  if (fw_unlikely(fw_cautious)) {
+    fw_free_checked(p, FW_FORM_MALLOC | FW_HOW_SIZED, size, 0);
+    return;
+  }
   fw_free_fast(p);
 }
 
-void fw_free_aligned(void *p, size_t alignment) {
-  (void)alignment;
+FW_PROBING void fw_free_aligned(void *p, size_t alignment) {
+  if (fw_unlikely(fw_cautious)) {
+    fw_free_checked(p, FW_FORM_MALLOC | FW_HOW_ALIGNED, 0, alignment);
+    return;
+  }
   fw_free_fast(p);
 }
 
-void fw_free_aligned_sized(void *p, size_t alignment, size_t size) {
-  (void)alignment;
-  (void)size;
+FW_PROBING void fw_free_aligned_sized(void *p, size_t alignment, size_t size) {
+  if (fw_unlikely(fw_cautious)) {
+    fw_free_checked(p, FW_FORM_MALLOC | FW_HOW_ALIGNED | FW_HOW_SIZED, size, alignment);
+    return;
+  }
   fw_free_fast(p);
 }
+
+/* ---- operator new and delete (new_delete.cpp) ------------------------------
+ * Hidden names, called directly rather than through the GOT as exported
+ * (interposable) ones would be. Cautious mode records the form of each new
+ * and checks each delete against it: the default mode pays one test of the
+ * option per call. */
+FW_COLD static void *fw_new_cautious(size_t size, size_t alignment, unsigned form) {
+  void *p = alignment ? fw_malloc_aligned(size, alignment) : fw_malloc(size);
+  if (p) fw_check_set_form(p, form);
+  return p;
+}
+
+#define FW_NEW(name, form)                                                         \
+  FW_HIDDEN void *name(size_t size);                                               \
+  void *name(size_t size) {                                                        \
+    if (fw_unlikely(fw_cautious)) return fw_new_cautious(size, 0, form);           \
+    return fw_malloc_fast(size);                                                   \
+  }
+#define FW_NEW_ALIGNED(name, form)                                                 \
+  FW_HIDDEN void *name(size_t size, size_t alignment);                             \
+  void *name(size_t size, size_t alignment) {                                      \
+    if (fw_unlikely(fw_cautious)) return fw_new_cautious(size, alignment, form);   \
+    return fw_malloc_aligned(size, alignment);                                     \
+  }
+FW_NEW(fw_new_direct, FW_FORM_NEW)
+FW_NEW(fw_new_array_direct, FW_FORM_NEW_ARRAY)
+FW_NEW_ALIGNED(fw_new_aligned_direct, FW_FORM_NEW)
+FW_NEW_ALIGNED(fw_new_array_aligned_direct, FW_FORM_NEW_ARRAY)
+
+/* One per form of delete; the arguments a form lacks are 0. */
+#define FW_DELETE(name, params, how, size, alignment)                               \
+  FW_HIDDEN void name params;                                                      \
+  FW_PROBING void name params {                                                    \
+    if (fw_unlikely(fw_cautious)) {                                           \
+      fw_free_checked(p, how, size, alignment);                                    \
+      return;                                                                      \
+    }                                                                              \
+    fw_free_fast(p);                                                               \
+  }
+FW_DELETE(fw_delete_direct, (void *p), FW_FORM_NEW, 0, 0)
+FW_DELETE(fw_delete_array_direct, (void *p), FW_FORM_NEW_ARRAY, 0, 0)
+FW_DELETE(fw_delete_sized_direct, (void *p, size_t n), FW_FORM_NEW | FW_HOW_SIZED, n, 0)
+FW_DELETE(fw_delete_array_sized_direct, (void *p, size_t n), FW_FORM_NEW_ARRAY | FW_HOW_SIZED, n, 0)
+FW_DELETE(fw_delete_aligned_direct, (void *p, size_t a), FW_FORM_NEW | FW_HOW_ALIGNED, 0, a)
+FW_DELETE(fw_delete_array_aligned_direct, (void *p, size_t a), FW_FORM_NEW_ARRAY | FW_HOW_ALIGNED, 0, a)
+FW_DELETE(fw_delete_sized_aligned_direct, (void *p, size_t n, size_t a), FW_FORM_NEW | FW_HOW_SIZED | FW_HOW_ALIGNED,
+          n, a)
+FW_DELETE(fw_delete_array_sized_aligned_direct, (void *p, size_t n, size_t a),
+          FW_FORM_NEW_ARRAY | FW_HOW_SIZED | FW_HOW_ALIGNED, n, a)
 
 size_t fw_malloc_usable_size(const void *p) { return fw_usable_size(p); }
 

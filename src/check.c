@@ -1,24 +1,777 @@
 /* check.c — cautious mode (FREEWAY_CAUTIOUS=1).
  *
- * In cautious mode every block carries a trailer: the bytes between the end
- * of the request and the last four bytes of the block are filled with a
- * canary, and the last four bytes hold the request's end offset. A freed
- * block carries a tag in its second word. Every free then checks that the
- * pointer is one freeway handed out, that the block is not free already and
- * that nothing wrote past the request, and reports what it found with the
- * address and size before aborting. See alloc.c for the whole design. */
+ * THE BLOCK. A cautious request of n bytes takes a block of at least
+ * max(n, 16) + sizeof(fw_trailer_t) bytes; the user's bytes start at the
+ * block (or at an aligned offset in it) and the trailer fills the block's
+ * last bytes:
+ *
+ *   [pad][user's n bytes][canary ...][head size info threads stacks tail]
+ *
+ * - head and tail are two checksums, keyed with a per-process secret, of
+ *   the block's address and size, its state (live or freed), the requested
+ *   size, the form and alignment of the allocation and the allocating
+ *   thread. A block is live when both say live, freed when both say freed:
+ *   a freed block is known as freed wherever it is (a page's list, another
+ *   thread's pending list, a page whose other blocks moved on), with no
+ *   list to walk. Writing past the request reaches the canary, then head;
+ *   writing before the next block's start reaches tail first: which of the
+ *   two still holds tells an overrun from an underrun.
+ * - the canary fills the slack after the request (and an aligned block's
+ *   pad before it), up to FW_CHECK_SPAN bytes each, with bytes drawn from
+ *   the secret and the block's address, none of them zero.
+ * - a freed block is filled (after its list link, up to FW_CHECK_SPAN
+ *   bytes) with another such pattern, checked when the block is handed out
+ *   again: a write through a dangling pointer is found then.
+ * - the 16-byte minimum keeps the list link of a freed block (its first
+ *   word) clear of the trailer even for a malloc(0).
+ * - tail is also the block's lock: a free changes it from live to busy
+ *   with one compare-and-swap, so of two racing frees of a block one wins
+ *   and the other reports the double free; a thread that reads another
+ *   block's trailer (the one before the block it frees) reads tail before
+ *   and after and judges only a trailer that did not change meanwhile.
+ *
+ * A large block's page goes back to its segment when the block is freed;
+ * its descriptor remembers the block (UNUSED, kind LARGE, same area), and
+ * the last FW_CHECK_RING large blocks freed are remembered by address, so
+ * that a second free of either is still reported as a double free.
+ *
+ * Every report is one write to stderr: what happened, the address, the
+ * requested size, the size class, the threads, the stacks of the
+ * allocation, of the free and of the call that found it; then abort. See
+ * docs/cautious.md. */
 #include "check.h"
+#include "arena.h"
+#include "heap.h"
 #include "page.h"
+#include "segment.h"
 #include "message.h"
+#include "options.h"
 #include "os.h"
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
-#define FW_CANARY 0xFD
-#define FW_FREED_TAG 0x6672656564ull /* "freed" */
+#define FW_CHECK_FRAMES 4     /* return addresses kept per block, for the allocation and the free */
+#define FW_CHECK_SPAN 4096    /* bytes of canary and of freed pattern per block */
+#define FW_CHECK_MIN 16       /* the smallest user part: the list link and more */
+#define FW_CHECK_RING 64      /* large blocks whose free is remembered by address */
+
+typedef struct {
+  uint64_t head;
+  uint64_t size;          /* requested */
+  uint64_t info;          /* user offset (32 bits), form (8), log2 of the alignment + 1 (8) */
+  uint64_t alloc_thread;
+  uint64_t free_thread;
+  uintptr_t alloc_pc[FW_CHECK_FRAMES];
+  uintptr_t free_pc[FW_CHECK_FRAMES];
+  uint64_t tail;
+} fw_trailer_t;
+_Static_assert(sizeof(fw_trailer_t) % 8 == 0, "trailer: whole words");
+
+enum { FW_ST_BAD = 0, FW_ST_LIVE = 1, FW_ST_FREED = 2, FW_ST_BUSY = 3 };
+#define FW_HALF_HEAD 0x68656164ull
+#define FW_HALF_TAIL 0x7461696cull
+
+static uint64_t fw_key;
+static size_t fw_frames;                   /* FREEWAY_CAUTIOUS_FRAMES */
+static uintptr_t fw_code_lo, fw_code_hi;  /* freeway's code: frames left out of stacks */
+static __thread int fw_in_capture;
+static __thread int fw_form_unknown;       /* the next block is the one whose allocation started the process */
+static _Atomic(uintptr_t) fw_large_freed[FW_CHECK_RING];
+static _Atomic(unsigned) fw_large_next;
+
+/* ---- arithmetic --------------------------------------------------------------- */
+static inline uint64_t fw_mix(uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ull;
+  return x ^ (x >> 32);
+}
+
+static uint64_t fw_mac(const uint8_t *b, size_t bs, unsigned state, const fw_trailer_t *t, uint64_t half) {
+  uint64_t h = fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ (half << 32));
+  h = fw_mix(h ^ (uint64_t)bs ^ ((uint64_t)state << 58));
+  h = fw_mix(h ^ t->size);
+  h = fw_mix(h ^ t->info);
+  return fw_mix(h ^ t->alloc_thread ^ fw_key);
+}
+static uint64_t fw_busy(const uint8_t *b) { return fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ 0x6275737900000000ull); }
+
+static uint32_t fw_info_off(uint64_t info) { return (uint32_t)info; }
+static unsigned fw_info_form(uint64_t info) { return (unsigned)(info >> 32) & 0xff; }
+static size_t fw_info_align(uint64_t info) {
+  unsigned a = (unsigned)(info >> 40) & 0xff;
+  return a ? (size_t)1 << (a - 1) : 0;
+}
+static uint64_t fw_info(size_t off, unsigned form, size_t align) {
+  unsigned a = align ? (unsigned)__builtin_ctzll((unsigned long long)align) + 1 : 0;
+  return (uint64_t)(uint32_t)off | (uint64_t)form << 32 | (uint64_t)a << 40;
+}
+
+/* Eight pattern bytes for a block, none of them zero (a string's
+ * terminator one byte too far must show). */
+static uint64_t fw_pattern(const uint8_t *b, uint64_t domain) {
+  uint64_t w = fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ domain);
+  for (unsigned i = 0; i < 64; i += 8)
+    if (((w >> i) & 0xff) == 0) w |= (uint64_t)0xa5 << i;
+  return w;
+}
+#define FW_CANARY 0x63616e6172790000ull
+#define FW_FREED 0x6672656564000000ull
+
+/* The byte at address a of a pattern: by the address, so that word-sized
+ * stretches compare as words. */
+static inline uint8_t fw_pat_byte(uint64_t w, uintptr_t a) { return (uint8_t)(w >> ((a & 7) * 8)); }
+
+static void fw_pat_fill(uint8_t *from, uint8_t *to, uint64_t w) {
+  uint8_t *q = from;
+  for (; q < to && ((uintptr_t)q & 7); q++) *q = fw_pat_byte(w, (uintptr_t)q);
+  for (; q + 8 <= to; q += 8) memcpy(q, &w, 8);
+  for (; q < to; q++) *q = fw_pat_byte(w, (uintptr_t)q);
+}
+
+/* The first byte in [from, to) that differs from the pattern, or NULL. */
+static const uint8_t *fw_pat_find(const uint8_t *from, const uint8_t *to, uint64_t w) {
+  const uint8_t *q = from;
+  for (; q < to && ((uintptr_t)q & 7); q++)
+    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
+  for (; q + 8 <= to; q += 8) {
+    uint64_t v;
+    memcpy(&v, q, 8);
+    if (v != w) break;
+  }
+  for (; q < to; q++)
+    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
+  return NULL;
+}
+
+/* Linked into the program, freeway's code cannot be told from the
+ * program's by the object it is in: its frames are recognised by address,
+ * in the free functions' own section or between the lowest and the
+ * highest of a few functions of its lower layers (best effort: code the
+ * compiler moved out of line, to .text.unlikely, is not recognised). */
+static bool fw_code_static;
+static uintptr_t fw_static_lo, fw_static_hi;
+
+static bool fw_is_ours(uintptr_t pc) {
+  return (pc >= fw_static_lo && pc < fw_static_hi) || fw_os_probing(pc);
+}
+
+/* The stack of the caller of freeway, up to n frames, without freeway's
+ * own. */
+static size_t fw_stack(uintptr_t *pcs, size_t n, uintptr_t from_pc) {
+  if (!fw_code_static) {
+    size_t k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, from_pc);
+    if (!k && from_pc) k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, 0);
+    return k;
+  }
+  uintptr_t raw[24];
+  size_t m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, from_pc);
+  if (!m && from_pc) m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, 0);
+  size_t start = 0;
+  for (size_t i = 0; i < m && i < 12; i++)
+    if (fw_is_ours(raw[i])) start = i + 1;
+  size_t k = 0;
+  for (size_t i = start; i < m && k < n; i++) pcs[k++] = raw[i];
+  return k;
+}
+
+static void fw_capture(uintptr_t *pcs) {
+  size_t n = 0;
+  /* the unwinder is not expected to allocate; if it ever did, its
+   * allocation must not unwind again */
+  if (fw_frames && !fw_in_capture) {
+    fw_in_capture = 1;
+    n = fw_stack(pcs, fw_frames, 0);
+    fw_in_capture = 0;
+  }
+  for (; n < FW_CHECK_FRAMES; n++) pcs[n] = 0;
+}
+
+/* ---- finding the block of a pointer ------------------------------------------------ */
+typedef struct {
+  fw_page_t *page;
+  uint8_t *b;             /* block start */
+  size_t bs;              /* block size */
+  fw_trailer_t *tp;       /* where its trailer is */
+  fw_trailer_t t;         /* a copy */
+  int head, tail;         /* FW_ST_* each half says */
+  bool stable;            /* the copy did not change while it was read */
+  bool fresh;             /* never handed out in this page's life */
+} fw_blk_t;
+
+enum { FW_LOC_FOREIGN, FW_LOC_BLOCK, FW_LOC_FREED_LARGE };
+
+static void fw_blk_at(fw_blk_t *k, fw_page_t *page, uint8_t *b) {
+  k->page = page;
+  k->b = b;
+  k->bs = page->block_size;
+  k->tp = (fw_trailer_t *)(b + k->bs - sizeof(fw_trailer_t));
+  k->fresh = page->kind != FW_KIND_LARGE && b >= (uint8_t *)__atomic_load_n(&page->fresh, __ATOMIC_RELAXED);
+}
+
+static int fw_half_state(const fw_blk_t *k, uint64_t v, uint64_t half) {
+  if (v == fw_mac(k->b, k->bs, FW_ST_LIVE, &k->t, half)) return FW_ST_LIVE;
+  if (v == fw_mac(k->b, k->bs, FW_ST_FREED, &k->t, half)) return FW_ST_FREED;
+  return FW_ST_BAD;
+}
+
+/* Reads the trailer (as a seqlock reader: tail is the sequence). */
+static void fw_blk_read(fw_blk_t *k) {
+  uint64_t t1 = __atomic_load_n(&k->tp->tail, __ATOMIC_ACQUIRE);
+  memcpy(&k->t, k->tp, sizeof k->t);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t t2 = __atomic_load_n(&k->tp->tail, __ATOMIC_RELAXED);
+  k->t.tail = t1;
+  k->stable = t1 == t2;
+  k->head = fw_half_state(k, k->t.head, FW_HALF_HEAD);
+  k->tail = t1 == fw_busy(k->b) ? FW_ST_BUSY : fw_half_state(k, t1, FW_HALF_TAIL);
+}
+
+/* The page and block of any pointer, without trusting it: nothing is read
+ * before the memory is known to be mapped and a segment header of ours. */
+static int fw_locate(const void *p, fw_blk_t *k) {
+  memset(k, 0, sizeof *k);
+  if ((uintptr_t)p < 4096) return FW_LOC_FOREIGN;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  if (!fw_arena_contains(p) && !fw_os_is_mapped(seg)) return FW_LOC_FOREIGN;
+  if (seg->cookie != fw_segment_cookie(seg)) return FW_LOC_FOREIGN;
+  fw_page_t *pg;
+  if (seg->kind == FW_KIND_LARGE) {
+    pg = &seg->pages[0];  /* a single page: its other slices' descriptors are not kept */
+  } else {
+    pg = fw_ptr_slice(seg, p);
+    if (fw_page_flags(pg) & FW_PF_REDIRECT) {
+      if (pg->slice_offset > (size_t)(pg - seg->pages)) return FW_LOC_FOREIGN;
+      pg -= pg->slice_offset;
+      if (fw_page_flags(pg) & FW_PF_REDIRECT) return FW_LOC_FOREIGN;
+    }
+  }
+  if (fw_page_flags(pg) & FW_PF_UNUSED)
+    return pg->kind == FW_KIND_LARGE && pg->area == (const uint8_t *)p ? FW_LOC_FREED_LARGE : FW_LOC_FOREIGN;
+  const uint8_t *q = p;
+  if (q < pg->area || !pg->block_size) return FW_LOC_FOREIGN;
+  size_t off = (size_t)(q - pg->area);
+  uint8_t *b;
+  if (pg->kind == FW_KIND_LARGE) {
+    if (off >= pg->block_size || pg->used == 0) return FW_LOC_FOREIGN;
+    b = pg->area;
+  } else {
+    if (off >= (size_t)pg->capacity * pg->block_size) return FW_LOC_FOREIGN;
+    b = pg->area + off - off % pg->block_size;
+  }
+  if (pg->block_size < sizeof(fw_trailer_t) + FW_CHECK_MIN) return FW_LOC_FOREIGN;
+  fw_blk_at(k, pg, b);
+  fw_blk_read(k);
+  return FW_LOC_BLOCK;
+}
+
+static uint8_t *fw_blk_user(const fw_blk_t *k) { return k->b + fw_info_off(k->t.info); }
+
+/* ---- the large blocks freed lately ----------------------------------------------- */
+static void fw_ring_add(const void *p) {
+  unsigned i = atomic_fetch_add_explicit(&fw_large_next, 1, memory_order_relaxed) % FW_CHECK_RING;
+  atomic_store_explicit(&fw_large_freed[i], (uintptr_t)p, memory_order_release);
+}
+static bool fw_ring_has(const void *p) {
+  for (size_t i = 0; i < FW_CHECK_RING; i++)
+    if (atomic_load_explicit(&fw_large_freed[i], memory_order_acquire) == (uintptr_t)p) return true;
+  return false;
+}
+static void fw_ring_drop(const void *p) {
+  for (size_t i = 0; i < FW_CHECK_RING; i++) {
+    uintptr_t v = (uintptr_t)p;
+    atomic_compare_exchange_strong(&fw_large_freed[i], &v, 0);
+  }
+}
+
+/* ---- reports ------------------------------------------------------------------------ */
+typedef struct {
+  char *buf;
+  size_t n, cap;
+} fw_out_t;
+
+__attribute__((format(printf, 2, 3))) static void fw_out(fw_out_t *o, const char *fmt, ...) {
+  if (o->n + 1 >= o->cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(o->buf + o->n, o->cap - o->n, fmt, ap);
+  va_end(ap);
+  if (r > 0) o->n += (size_t)r < o->cap - o->n ? (size_t)r : o->cap - o->n - 1;
+}
+
+static void fw_out_frames(fw_out_t *o, const uintptr_t *pcs, size_t n) {
+  size_t shown = 0;
+  for (size_t i = 0; i < n && pcs[i]; i++, shown++) {
+    char line[256];
+    fw_os_describe_pc(pcs[i], line, sizeof line);
+    fw_out(o, "%s\n    %s", shown ? "" : " at:", line);
+  }
+  fw_out(o, "\n");
+}
+
+static void fw_out_thread(fw_out_t *o, uint64_t t) {
+  if (t) fw_out(o, "thread %#llx", (unsigned long long)t);
+  else fw_out(o, "no thread");
+}
+
+typedef struct {
+  const char *what;
+  const void *addr;
+  const char *call;
+  const fw_blk_t *k;       /* the block, or NULL */
+  bool trusted;            /* its trailer's fields hold */
+  bool freed;              /* and say freed */
+  char note[200];
+  uintptr_t from_pc;       /* a fault: the stack starts at this instruction */
+} fw_report_t;
+
+static _Atomic(int) fw_reporting;
+
+static __attribute__((noreturn)) void fw_report(fw_report_t *r) {
+  if (atomic_exchange(&fw_reporting, 1)) {
+    /* another thread is reporting (and about to abort): wait for it */
+    for (;;) fw_os_sleep_ms(1000);
+  }
+  static char buf[8192];
+  fw_out_t o = {buf, 0, sizeof buf};
+  fw_out(&o, "freeway: cautious mode: %s: address %p", r->what, r->addr);
+  const fw_blk_t *k = r->k;
+  if (k) {
+    if (r->trusted) fw_out(&o, ", requested size %llu", (unsigned long long)k->t.size);
+    else fw_out(&o, ", requested size unknown (the block's trailer is overwritten)");
+    if (k->page->kind == FW_KIND_LARGE)
+      fw_out(&o, ", size class large (%zu-byte block)", k->bs);
+    else
+      fw_out(&o, ", size class %u (%zu-byte blocks)", (unsigned)k->page->cls, k->bs);
+    fw_out(&o, ", ");
+    fw_out_thread(&o, atomic_load_explicit(&fw_page_segment(k->page)->thread_id, memory_order_relaxed));
+    fw_out(&o, " owns it");
+    if (r->trusted && fw_info_off(k->t.info))
+      fw_out(&o, "; the block starts at %p, the user's part at +%u", (void *)k->b, fw_info_off(k->t.info));
+  }
+  fw_out(&o, "\n");
+  if (r->note[0]) fw_out(&o, "  %s\n", r->note);
+  if (k && r->trusted) {
+    static const char *forms[] = {"malloc", "new", "new[]", "malloc or new"};
+    fw_out(&o, "  allocated (%s", forms[fw_info_form(k->t.info) & 3]);
+    if (fw_info_align(k->t.info)) fw_out(&o, ", alignment %zu", fw_info_align(k->t.info));
+    fw_out(&o, ") by ");
+    fw_out_thread(&o, k->t.alloc_thread);
+    fw_out_frames(&o, k->t.alloc_pc, FW_CHECK_FRAMES);
+    if (r->freed) {
+      fw_out(&o, "  freed by ");
+      fw_out_thread(&o, k->t.free_thread);
+      fw_out_frames(&o, k->t.free_pc, FW_CHECK_FRAMES);
+    }
+  }
+  uintptr_t now[16];
+  size_t n = fw_stack(now, 16, r->from_pc);
+  fw_out(&o, "  found in %s by ", r->call);
+  fw_out_thread(&o, fw_thread_id());
+  fw_out_frames(&o, now, n);
+  fw_out(&o, "freeway: aborting\n");
+  fw_os_write(2, buf, o.n);
+  fw_os_abort();
+}
+
+static void fw_report_init(fw_report_t *r, const char *what, const void *addr, const char *call,
+                           const fw_blk_t *k) {
+  memset(r, 0, sizeof *r);
+  r->what = what;
+  r->addr = addr;
+  r->call = call;
+  r->k = k;
+  if (k) {
+    int s = k->head != FW_ST_BAD ? k->head : k->tail;
+    r->trusted = s == FW_ST_LIVE || s == FW_ST_FREED;
+    r->freed = s == FW_ST_FREED;
+  }
+}
+
+static __attribute__((noreturn)) void fw_fail_block(const char *what, const void *addr, const char *call,
+                                                    const fw_blk_t *k, const char *note) {
+  fw_report_t r;
+  fw_report_init(&r, what, addr, call, k);
+  if (note) fw_snprintf(r.note, sizeof r.note, "%s", note);
+  fw_report(&r);
+}
 
 void fw_check_fail(const char *what, const void *p, size_t size) {
-  fw_message("cautious mode: %s: address %p, size %zu; aborting\n", what, p, size);
-  fw_os_abort();
+  fw_report_t r;
+  fw_report_init(&r, what, p, "a call", NULL);
+  if (size) fw_snprintf(r.note, sizeof r.note, "size %zu", size);
+  fw_report(&r);
+}
+
+#define FW_NOT_OURS "free of a pointer freeway did not hand out"
+#define FW_INSIDE "free of a pointer inside a block"
+#define FW_DOUBLE "double free"
+#define FW_OVERRUN "write past the end of the block"
+#define FW_UNDERRUN "write before the start of the block"
+#define FW_UAF "write to a freed block"
+
+/* ---- the checks a block's own trailer and canary allow ------------------------------- */
+/* The next block's start was written before: damage at the very end of
+ * this block's trailer (tail), while head and this block's own bytes
+ * hold. Reported against the next block. */
+static __attribute__((noreturn)) void fw_fail_underrun_into(const fw_blk_t *prev, const char *call) {
+  fw_blk_t next;
+  uint8_t *nb = prev->b + prev->bs;
+  const fw_blk_t *k = NULL;
+  const void *addr = nb;
+  if (prev->page->kind != FW_KIND_LARGE && nb < prev->page->area + (size_t)prev->page->capacity * prev->bs) {
+    fw_blk_at(&next, prev->page, nb);
+    fw_blk_read(&next);
+    if (next.head != FW_ST_BAD || next.tail == FW_ST_LIVE || next.tail == FW_ST_FREED) {
+      k = &next;
+      addr = fw_blk_user(&next);
+    }
+  }
+  char note[200];
+  fw_snprintf(note, sizeof note, "the end of the block before it (block %p) was overwritten; that block's own "
+              "bytes are intact", (void *)prev->b);
+  fw_fail_block(FW_UNDERRUN, addr, call, k, note);
+}
+
+/* A live block's canary after the request and, for an aligned block, the
+ * pad before it. */
+static void fw_check_canary(const fw_blk_t *k, const char *call) {
+  uint8_t *user = fw_blk_user(k);
+  uint64_t w = fw_pattern(k->b, FW_CANARY);
+  uint8_t *end = (uint8_t *)k->tp;
+  uint8_t *from = user + k->t.size;
+  if ((size_t)(end - from) > FW_CHECK_SPAN) end = from + FW_CHECK_SPAN;
+  const uint8_t *bad = fw_pat_find(from, end, w);
+  if (bad) {
+    char note[200];
+    fw_snprintf(note, sizeof note, "the byte %zu bytes after the requested size was overwritten",
+                (size_t)(bad - from));
+    fw_fail_block(FW_OVERRUN, user, call, k, note);
+  }
+  if (user > k->b) {
+    uint8_t *pad = user - k->b > FW_CHECK_SPAN ? user - FW_CHECK_SPAN : k->b;
+    bad = fw_pat_find(pad, user, w);
+    if (bad) {
+      char note[200];
+      fw_snprintf(note, sizeof note, "the byte %zu bytes before the start was overwritten", (size_t)(user - bad));
+      fw_fail_block(FW_UNDERRUN, user, call, k, note);
+    }
+  }
+}
+
+/* Classifies the block of p for a call on a live block (free, realloc,
+ * malloc_usable_size); reports anything else. On return the block is
+ * live, p is its user pointer and its canary is intact. */
+static void fw_check_live(const void *p, fw_blk_t *k, int loc, const char *call, const char *freed_what) {
+  if (loc == FW_LOC_FOREIGN) {
+    if (fw_ring_has(p)) fw_fail_block(freed_what, p, call, NULL, "a large block freed before");
+    fw_fail_block(FW_NOT_OURS, p, call, NULL, NULL);
+  }
+  if (loc == FW_LOC_FREED_LARGE) fw_fail_block(freed_what, p, call, NULL, "a large block freed before");
+  bool aligned_page = (fw_page_flags(k->page) & FW_PF_ALIGNED) != 0;
+  if (k->tail == FW_ST_BUSY) fw_fail_block(freed_what, p, call, k, "the block is being freed by another thread");
+  if (k->head == FW_ST_FREED || k->tail == FW_ST_FREED) {
+    if ((const uint8_t *)p == fw_blk_user(k)) fw_fail_block(freed_what, p, call, k, NULL);
+    fw_fail_block(FW_INSIDE, p, call, k, "(of a freed block)");
+  }
+  if (k->fresh) {
+    if ((const uint8_t *)p == k->b) fw_fail_block(FW_NOT_OURS, p, call, NULL, "a block never handed out");
+    fw_fail_block(FW_INSIDE, p, call, NULL, "(of a block never handed out)");
+  }
+  if (k->head == FW_ST_LIVE && k->tail == FW_ST_LIVE) {
+    if ((const uint8_t *)p != fw_blk_user(k)) fw_fail_block(FW_INSIDE, p, call, k, NULL);
+    fw_check_canary(k, call);
+    return;
+  }
+  /* the trailer is damaged */
+  if ((const uint8_t *)p != k->b && !aligned_page) fw_fail_block(FW_INSIDE, p, call, k, NULL);
+  if (k->head == FW_ST_LIVE) {
+    /* tail alone is damaged: the next block was written before, unless
+     * this block's own overrun shows in its canary */
+    fw_check_canary(k, call);
+    fw_fail_underrun_into(k, call);
+  }
+  fw_fail_block(FW_OVERRUN, p, call, k,
+                k->tail == FW_ST_LIVE ? "the start of the block's trailer, after the canary, was overwritten"
+                                      : "the block's trailer was overwritten");
+}
+
+/* The block before b in its page, if it was ever handed out: an underrun
+ * of b lands at its end. */
+static void fw_check_prev(const fw_blk_t *k, const char *call) {
+  if (k->page->kind == FW_KIND_LARGE || k->b == k->page->area) return;
+  fw_blk_t prev;
+  fw_blk_at(&prev, k->page, k->b - k->bs);
+  if (prev.fresh) return;
+  fw_blk_read(&prev);
+  if (!prev.stable || prev.head == FW_ST_BAD || prev.tail != FW_ST_BAD) return;
+  /* head holds, tail does not: and nobody is rewriting it */
+  char note[200];
+  fw_snprintf(note, sizeof note, "the end of the block before it (block %p) was overwritten", (void *)prev.b);
+  fw_fail_block(FW_UNDERRUN, fw_blk_user(k), call, k, note);
+}
+
+/* ---- writing a trailer ------------------------------------------------------------------ */
+/* Publishes the trailer t (fields already in place or in t) for state. The
+ * caller has set tail to busy (or holds the block unseen by others). */
+static void fw_trailer_publish(fw_blk_t *k, unsigned state) {
+  fw_trailer_t *tp = k->tp;
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  tp->size = k->t.size;
+  tp->info = k->t.info;
+  tp->alloc_thread = k->t.alloc_thread;
+  tp->free_thread = k->t.free_thread;
+  memcpy(tp->alloc_pc, k->t.alloc_pc, sizeof tp->alloc_pc);
+  memcpy(tp->free_pc, k->t.free_pc, sizeof tp->free_pc);
+  __atomic_store_n(&tp->head, fw_mac(k->b, k->bs, state, &k->t, FW_HALF_HEAD), __ATOMIC_RELAXED);
+  __atomic_store_n(&tp->tail, fw_mac(k->b, k->bs, state, &k->t, FW_HALF_TAIL), __ATOMIC_RELEASE);
+}
+
+static void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align, unsigned form, bool stack) {
+  __atomic_store_n(&k->tp->tail, fw_busy(k->b), __ATOMIC_RELAXED);
+  k->t.size = size;
+  k->t.info = fw_info((size_t)(user - k->b), form, align);
+  k->t.alloc_thread = fw_thread_id();
+  k->t.free_thread = 0;
+  if (stack) fw_capture(k->t.alloc_pc);
+  memset(k->t.free_pc, 0, sizeof k->t.free_pc);
+  uint64_t w = fw_pattern(k->b, FW_CANARY);
+  uint8_t *from = user + size, *end = (uint8_t *)k->tp;
+  if ((size_t)(end - from) > FW_CHECK_SPAN) end = from + FW_CHECK_SPAN;
+  fw_pat_fill(from, end, w);
+  if (user > k->b) fw_pat_fill(user - k->b > FW_CHECK_SPAN ? user - FW_CHECK_SPAN : k->b, user, w);
+  fw_trailer_publish(k, FW_ST_LIVE);
+}
+
+/* ---- the hooks ------------------------------------------------------------------------- */
+size_t fw_check_padded(size_t size) {
+  if (size > PTRDIFF_MAX - 4 * FW_SLICE_SIZE) return 0;
+  return (size < FW_CHECK_MIN ? FW_CHECK_MIN : size) + sizeof(fw_trailer_t);
+}
+
+void fw_check_malloc(fw_page_t *page, void *block, void *user, size_t size, size_t align, bool fresh) {
+  fw_blk_t k;
+  memset(&k, 0, sizeof k);
+  fw_blk_at(&k, page, block);
+  if (page->kind == FW_KIND_LARGE) {
+    fw_ring_drop(user);
+  } else if (!fresh) {
+    /* handed out and freed before in this page's life: it must still be
+     * as its free left it */
+    fw_blk_read(&k);
+    uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
+    if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
+    const uint8_t *bad = fw_pat_find(fill, end, fw_pattern(k.b, FW_FREED));
+    if (k.head == FW_ST_FREED && k.tail != FW_ST_FREED && !bad) fw_fail_underrun_into(&k, "malloc");
+    if (k.head != FW_ST_FREED || k.tail != FW_ST_FREED || bad) {
+      char note[200];
+      if (bad)
+        fw_snprintf(note, sizeof note, "the byte at offset %zu of the freed block was overwritten",
+                    (size_t)(bad - (const uint8_t *)(k.head == FW_ST_FREED ? fw_blk_user(&k) : k.b)));
+      else
+        fw_snprintf(note, sizeof note, "the freed block's trailer was overwritten");
+      fw_fail_block(FW_UAF, k.head == FW_ST_FREED || k.tail == FW_ST_FREED ? fw_blk_user(&k) : k.b, "malloc",
+                    &k, note);
+    }
+  }
+  unsigned form = FW_FORM_MALLOC;
+  if (fw_unlikely(fw_form_unknown)) {
+    fw_form_unknown = 0;
+    form = FW_FORM_ANY;
+  }
+  fw_write_live(&k, user, size, align, form, true);
+}
+
+void fw_check_set_form(void *p, unsigned form) {
+  fw_blk_t k;
+  if (fw_locate(p, &k) != FW_LOC_BLOCK) return;
+  __atomic_store_n(&k.tp->tail, fw_busy(k.b), __ATOMIC_RELAXED);
+  k.t.info = fw_info(fw_info_off(k.t.info), form, fw_info_align(k.t.info));
+  fw_trailer_publish(&k, FW_ST_LIVE);
+}
+
+static const char *fw_how_call(unsigned how) {
+  unsigned form = how & 3;
+  if (form == FW_FORM_NEW) return how & FW_HOW_SIZED ? "sized operator delete" : "operator delete";
+  if (form == FW_FORM_NEW_ARRAY) return how & FW_HOW_SIZED ? "sized operator delete[]" : "operator delete[]";
+  if (how & FW_HOW_ALIGNED) return how & FW_HOW_SIZED ? "free_aligned_sized" : "fw_free_aligned";
+  return how & FW_HOW_SIZED ? "free_sized" : "free";
+}
+
+fw_block_t *fw_check_free(void *p, unsigned how, size_t size, size_t align, fw_page_t **page) {
+  static const char *forms[] = {"malloc", "new", "new[]", "malloc or new"};
+  const char *call = fw_how_call(how);
+  fw_blk_t k;
+  int loc = fw_locate(p, &k);
+  fw_check_live(p, &k, loc, call, FW_DOUBLE);
+  char note[200];
+  unsigned form = fw_info_form(k.t.info), want = how & 3;
+  if (form != want && form != FW_FORM_ANY) {
+    fw_snprintf(note, sizeof note, "made by %s, freed by %s", forms[form & 3], call);
+    fw_fail_block("mismatched new/delete", p, call, &k, note);
+  }
+  if ((how & FW_HOW_SIZED) && size != k.t.size) {
+    fw_snprintf(note, sizeof note, "given size %zu, requested size %llu", size, (unsigned long long)k.t.size);
+    fw_fail_block("sized free with the wrong size", p, call, &k, note);
+  }
+  size_t have = fw_info_align(k.t.info);
+  /* an alignment no larger than malloc's own counts as none */
+  size_t a = have <= FW_MIN_ALIGN ? 0 : have, g = !(how & FW_HOW_ALIGNED) || align <= FW_MIN_ALIGN ? 0 : align;
+  bool align_ok = (how & FW_HOW_ALIGNED) ? (align == have || a == g) : (want == FW_FORM_MALLOC || a == 0);
+  if (!align_ok) {
+    if (how & FW_HOW_ALIGNED)
+      fw_snprintf(note, sizeof note, "given alignment %zu, allocated with alignment %zu", align, have);
+    else
+      fw_snprintf(note, sizeof note, "allocated with alignment %zu, freed without one", have);
+    fw_fail_block("aligned free with the wrong alignment", p, call, &k, note);
+  }
+  fw_check_prev(&k, call);
+  /* live -> busy: of two racing frees, one wins */
+  uint64_t expected = k.t.tail;
+  if (!__atomic_compare_exchange_n(&k.tp->tail, &expected, fw_busy(k.b), false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    fw_blk_read(&k);
+    fw_fail_block(FW_DOUBLE, p, call, &k, "freed by two threads at once");
+  }
+  k.t.free_thread = fw_thread_id();
+  fw_capture(k.t.free_pc);
+  if (k.page->kind != FW_KIND_LARGE) {
+    uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
+    if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
+    fw_pat_fill(fill, end, fw_pattern(k.b, FW_FREED));
+  } else {
+    fw_ring_add(p);
+  }
+  fw_trailer_publish(&k, FW_ST_FREED);
+  *page = k.page;
+  return (fw_block_t *)k.b;
+}
+
+size_t fw_check_realloc(const void *p, fw_page_t **page) {
+  fw_blk_t k;
+  int loc = fw_locate(p, &k);
+  fw_check_live(p, &k, loc, "realloc", "realloc of a freed block");
+  unsigned form = fw_info_form(k.t.info);
+  if (form != FW_FORM_MALLOC && form != FW_FORM_ANY)
+    fw_fail_block("mismatched new/delete", p, "realloc", &k,
+                  form == FW_FORM_NEW ? "made by new, passed to realloc" : "made by new[], passed to realloc");
+  *page = k.page;
+  return (size_t)k.t.size;
+}
+
+void fw_check_resize(void *p, size_t size) {
+  fw_blk_t k;
+  if (fw_locate(p, &k) != FW_LOC_BLOCK) return;
+  /* the block may have grown: its trailer moves to the new end */
+  fw_write_live(&k, p, size, fw_info_align(k.t.info), FW_FORM_MALLOC, true);
+}
+
+size_t fw_check_usable(const void *p) {
+  fw_blk_t k;
+  int loc = fw_locate(p, &k);
+  fw_check_live(p, &k, loc, "malloc_usable_size", "realloc of a freed block");
+  return (size_t)k.t.size;
+}
+
+/* ---- heap queries ------------------------------------------------------------------------ */
+/* A block start from the heap walk: live with its user pointer and size. */
+static bool fw_walked_live(const void *block, const uint8_t **user, size_t *size) {
+  fw_page_t *pg = fw_ptr_page(block);
+  fw_blk_t k;
+  memset(&k, 0, sizeof k);
+  fw_blk_at(&k, pg, (uint8_t *)block);
+  if (k.fresh) return false;
+  fw_blk_read(&k);
+  if (!k.stable || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE) return false;
+  *user = fw_blk_user(&k);
+  *size = (size_t)k.t.size;
+  return true;
+}
+
+typedef struct { fw_block_visitor_t *visit; void *arg; fw_heap_stats_t *s; } fw_walk_t;
+
+static bool fw_walk_visit(const void *block, size_t bs, void *arg) {
+  (void)bs;
+  fw_walk_t *w = arg;
+  const uint8_t *user;
+  size_t size;
+  if (!fw_walked_live(block, &user, &size)) return true;
+  if (w->s) {
+    w->s->blocks_live++;
+    w->s->bytes_live += size + (size_t)(user - (const uint8_t *)block);
+    return true;
+  }
+  return w->visit(user, size, w->arg);
+}
+
+void fw_check_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
+  fw_walk_t w = {visit, arg, NULL};
+  fw_heap_visit_blocks(heap, fw_walk_visit, &w);
+}
+
+void fw_check_heap_stats(fw_heap_t *heap, fw_heap_stats_t *s) {
+  /* the page walk gives pages and reserved bytes; the live counts are the
+   * live trailers', in requested sizes (and the pad before an aligned
+   * block), exact even for blocks other threads freed and the owner has
+   * not collected yet */
+  size_t peak = heap->peak_bytes;
+  fw_heap_stats_of(heap, s);
+  heap->peak_bytes = peak;
+  s->blocks_live = s->bytes_live = 0;
+  fw_walk_t w = {NULL, NULL, s};
+  fw_heap_visit_blocks(heap, fw_walk_visit, &w);
+  if (s->bytes_live > heap->peak_bytes) heap->peak_bytes = s->bytes_live;
+  s->bytes_peak = heap->peak_bytes;
+}
+
+bool fw_check_heap_contains(const fw_heap_t *heap, const void *p) {
+  if (!fw_heap_contains_block(heap, p)) return false;
+  const uint8_t *user;
+  size_t size;
+  fw_page_t *pg = fw_ptr_page(p);
+  return fw_walked_live(fw_page_block_start(pg, p), &user, &size) && user == (const uint8_t *)p;
+}
+
+size_t fw_check_heap_usable(const fw_heap_t *heap, const void *p) {
+  fw_blk_t k;
+  if (fw_locate(p, &k) != FW_LOC_BLOCK || atomic_load_explicit(&k.page->heap, memory_order_relaxed) != heap)
+    return 0;
+  if (k.fresh || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE || fw_blk_user(&k) != (const uint8_t *)p) return 0;
+  return (size_t)k.t.size;
+}
+
+/* ---- faults in the free fast path ----------------------------------------------------------- */
+/* The free fast path reads the slice descriptor at the pointer's segment
+ * base before anything else: for a pointer whose base is not mapped that
+ * read faults, inside freeway. */
+static void fw_check_fault(uintptr_t addr, uintptr_t pc, const uintptr_t *regs, size_t nregs) {
+  uintptr_t tag_off = offsetof(fw_page_t, tag);
+  uintptr_t in_seg = addr & FW_SEGMENT_MASK;
+  if (in_seg < offsetof(fw_segment_t, pages) + tag_off ||
+      in_seg >= offsetof(fw_segment_t, pages) + FW_SLICES * sizeof(fw_page_t) ||
+      (in_seg - offsetof(fw_segment_t, pages) - tag_off) % sizeof(fw_page_t) != 0)
+    return;  /* not the fast path's read: not ours to explain */
+  fw_report_t r;
+  const void *p = NULL;
+  for (size_t i = 0; i < nregs && !p; i++) {
+    const void *v = (const void *)regs[i];
+    if (regs[i] > 4096 && (uintptr_t)&fw_ptr_slice(fw_ptr_segment(v), v)->tag == addr) p = v;
+  }
+  bool freed = p && fw_ring_has(p);
+  fw_report_init(&r, freed ? FW_DOUBLE : FW_NOT_OURS, p, "free", NULL);
+  r.from_pc = pc;
+  uintptr_t base = (addr & ~FW_SEGMENT_MASK) + (in_seg - offsetof(fw_segment_t, pages) - tag_off) /
+                   sizeof(fw_page_t) * FW_SLICE_SIZE;
+  if (freed)
+    fw_snprintf(r.note, sizeof r.note, "a large block freed before, whose memory is unmapped now");
+  else if (p)
+    fw_snprintf(r.note, sizeof r.note, "nothing is mapped at its 4 MiB-aligned base %p", (void *)(addr & ~FW_SEGMENT_MASK));
+  else
+    fw_snprintf(r.note, sizeof r.note, "a pointer in [%p, %p), whose 4 MiB-aligned base %p is not mapped",
+                (void *)base, (void *)(base + FW_SLICE_SIZE), (void *)(addr & ~FW_SEGMENT_MASK));
+  fw_report(&r);
 }
 
 void fw_check_init(void) {
@@ -29,68 +782,26 @@ void fw_check_init(void) {
       fw_os_abort();
     }
   }
-}
-
-bool fw_check_pointer(const void *p) { return fw_page_of_pointer(p, 0) != NULL; }
-
-static uint8_t *fw_block_end(const fw_page_t *pg, const void *b) {
-  return (uint8_t *)b + pg->block_size;
-}
-
-static void fw_trailer_write(const fw_page_t *pg, uint8_t *b, uint8_t *user, size_t size) {
-  uint8_t *end = fw_block_end(pg, b);
-  uint32_t user_end = (uint32_t)((user + size) - b);
-  uint8_t *canary = user + size;
-  size_t n = (size_t)(end - 4 - canary);
-  if (n > 64) n = 64;
-  memset(canary, FW_CANARY, n);
-  memcpy(end - 4, &user_end, 4);
-}
-
-static size_t fw_trailer_user_end(const fw_page_t *pg, const uint8_t *b) {
-  uint32_t user_end;
-  memcpy(&user_end, fw_block_end(pg, b) - 4, 4);
-  return user_end;
-}
-
-void fw_check_after_malloc(void *user, size_t size) {
-  fw_page_t *pg = fw_ptr_page(user);
-  uint8_t *b = (uint8_t *)fw_page_block_start(pg, user);
-  if (pg->block_size >= 16) ((uint64_t *)b)[1] = 0;
-  fw_trailer_write(pg, b, user, size);
-}
-
-void fw_check_resize(void *p, size_t size) {
-  fw_page_t *pg = fw_ptr_page(p);
-  uint8_t *b = (uint8_t *)fw_page_block_start(pg, p);
-  fw_trailer_write(pg, b, p, size);
-}
-
-size_t fw_check_usable(const void *p) {
-  if (!fw_check_pointer(p)) fw_check_fail("malloc_usable_size of a pointer that freeway did not hand out", p, 0);
-  fw_page_t *pg = fw_ptr_page(p);
-  const uint8_t *b = (const uint8_t *)fw_page_block_start(pg, p);
-  return fw_trailer_user_end(pg, b) - (size_t)((const uint8_t *)p - b);
-}
-
-void fw_check_free(fw_page_t *pg, const void *block) {
-  uint8_t *b = (uint8_t *)block;
-  uint64_t tag = FW_FREED_TAG ^ (uint64_t)(uintptr_t)b;
-  if (pg->block_size >= 16 && ((uint64_t *)b)[1] == tag) {
-    bool local = atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed) == fw_thread_id();
-    bool found = !local;  /* a remote page's lists cannot be walked safely: trust the tag */
-    for (fw_block_t *f = pg->free; local && f; f = f->next)
-      if ((uint8_t *)f == b) { found = true; break; }
-    if (found) fw_check_fail("double free", b, pg->block_size);
+  if (!fw_opt(CAUTIOUS)) return;
+  fw_key = fw_os_random() | 1;
+  fw_frames = (size_t)fw_opt(CAUTIOUS_FRAMES);
+  if (fw_frames > FW_CHECK_FRAMES) fw_frames = FW_CHECK_FRAMES;
+  fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
+  if (fw_code_static) {
+    const void *fns[] = {(const void *)fw_check_init, (const void *)fw_check_free, (const void *)fw_check_malloc,
+                         (const void *)fw_os_backtrace,
+                         (const void *)fw_page_collect, (const void *)fw_heap_collect_delayed,
+                         (const void *)fw_segment_page_free, (const void *)fw_arena_contains,
+                         (const void *)fw_message, (const void *)fw_options_init};
+    fw_static_lo = UINTPTR_MAX;
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+      if ((uintptr_t)fns[i] < fw_static_lo) fw_static_lo = (uintptr_t)fns[i];
+      if ((uintptr_t)fns[i] > fw_static_hi) fw_static_hi = (uintptr_t)fns[i];
+    }
+    fw_static_hi += 4096;  /* the highest one's own code */
   }
-  size_t user_end = fw_trailer_user_end(pg, b);
-  if (user_end > pg->block_size - 4) fw_check_fail("block header damaged (write past the end of a neighbour?)", b, pg->block_size);
-  uint8_t *end = fw_block_end(pg, b);
-  size_t n = (size_t)(end - 4 - (b + user_end));
-  if (n > 64) n = 64;
-  for (size_t i = 0; i < n; i++)
-    if (b[user_end + i] != FW_CANARY)
-      fw_check_fail("write past the end of the requested size", b, user_end);
-  if (pg->block_size >= 16) ((uint64_t *)b)[1] = tag;
+  fw_os_fault_hook(fw_check_fault);
+  /* this thread is making the process's first allocation: operator new
+   * tested the option before it was read */
+  fw_form_unknown = 1;
 }
-

@@ -1,22 +1,53 @@
 /* check.h — cautious mode's checks (FREEWAY_CAUTIOUS=1): hooks the front
- * end calls around its own work. They validate and report; they never
- * allocate or free. */
+ * end calls around its own work. They validate, mark blocks live or freed,
+ * and report misuse; they never allocate or free. The block layout and the
+ * report format are described at the top of check.c and in docs/cautious.md. */
 #ifndef FW_CHECK_H
 #define FW_CHECK_H
 #include "types.h"
 
-/* Reports misuse with the address and size, then aborts. */
-FW_HIDDEN __attribute__((noreturn)) void fw_check_fail(const char *what, const void *p, size_t size);
-/* The extra bytes a cautious allocation asks for (its trailer). */
-#define FW_CHECK_PAD 8
-FW_HIDDEN bool fw_check_pointer(const void *p);
-/* After a cautious allocation: user is what the caller gets, size what it asked for. */
-FW_HIDDEN void fw_check_after_malloc(void *user, size_t size);
-/* Before a free (local or remote): the block must be live and unharmed. */
-FW_HIDDEN void fw_check_free(fw_page_t *page, const void *block);
-FW_HIDDEN void fw_check_resize(void *p, size_t size);
-FW_HIDDEN size_t fw_check_usable(const void *p);
-/* Start-up self-test of the generated size-class table. */
+/* The form of allocation a block was made with, and what a free expects.
+ * ANY: the block whose allocation read the options (operator new tests the
+ * option before that): whatever frees it is right. */
+enum { FW_FORM_MALLOC = 0, FW_FORM_NEW = 1, FW_FORM_NEW_ARRAY = 2, FW_FORM_ANY = 3 };
+/* How a block is freed: a form, plus what the caller told about it. */
+#define FW_HOW_SIZED 4u    /* size given: must be the requested size */
+#define FW_HOW_ALIGNED 8u  /* alignment given: must be the one asked for */
+
+/* Start-up: the self-test of the size-class table; in cautious mode also
+ * the secret, the code range of freeway and the fault handler. */
 FW_HIDDEN void fw_check_init(void);
+/* Reports misuse of something that is not a block (a heap handle) and aborts. */
+FW_HIDDEN __attribute__((noreturn)) void fw_check_fail(const char *what, const void *p, size_t size);
+
+/* The block size a cautious request of size bytes needs (the request, at
+ * least 16 bytes, and the trailer); 0 if that does not fit in a size_t. */
+FW_HIDDEN size_t fw_check_padded(size_t size);
+/* After a cautious allocation: block b of page hands out user for a
+ * request of size bytes aligned to align (0: no alignment asked for).
+ * fresh: b was never handed out before in its page's life. A reused block
+ * is checked for writes made while it was free; then its trailer and
+ * canary are written. */
+FW_HIDDEN void fw_check_malloc(fw_page_t *page, void *b, void *user, size_t size, size_t align, bool fresh);
+/* operator new: records the form on a block just allocated. */
+FW_HIDDEN void fw_check_set_form(void *p, unsigned form);
+/* Before a free: p must be the user pointer of a live block made with the
+ * form in how, and match the size and alignment how says were given.
+ * Marks the block freed and returns its start (and page); aborts with a
+ * report on any misuse. Runs exactly once per free. */
+FW_HIDDEN fw_block_t *fw_check_free(void *p, unsigned how, size_t size, size_t align, fw_page_t **page);
+/* realloc: p must be a live block of the malloc family; returns its
+ * requested size and its page. */
+FW_HIDDEN size_t fw_check_realloc(const void *p, fw_page_t **page);
+/* realloc in place: p (checked by fw_check_realloc) now holds size bytes. */
+FW_HIDDEN void fw_check_resize(void *p, size_t size);
+/* malloc_usable_size: the requested size of a live block. */
+FW_HIDDEN size_t fw_check_usable(const void *p);
+
+/* The heap queries, in the user's terms: requested sizes and pointers. */
+FW_HIDDEN void fw_check_heap_stats(fw_heap_t *heap, fw_heap_stats_t *s);
+FW_HIDDEN void fw_check_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg);
+FW_HIDDEN bool fw_check_heap_contains(const fw_heap_t *heap, const void *p);
+FW_HIDDEN size_t fw_check_heap_usable(const fw_heap_t *heap, const void *p);
 
 #endif

@@ -2,7 +2,9 @@
  * A block is freed by its owner (local), by another thread (one CAS onto
  * the page or its heap), or into a segment whose thread has exited
  * (adopted, or freed in place by a thread with no heap). Cautious checks
- * run once, here, whichever way the block then goes. See alloc.c. */
+ * run once, in fw_free_checked, whichever way the block then goes: the
+ * paths that move blocks on later (delayed lists, adoption) check nothing.
+ * See alloc.c. */
 #include "front.h"
 #include "abandon.h"
 #include "check.h"
@@ -32,8 +34,21 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
   fw_page_free_remote(page, b);
 }
 
+void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
+  if (!p) return;
+  fw_page_t *page;
+  fw_block_t *b = fw_check_free(p, how, size, align, &page);
+  fw_free_route(fw_page_segment(page), page, b);
+}
+
 void fw_free_generic(void *p) {
   if (!p) return;
+  /* cautious mode: the pointer is validated before anything is read
+   * through it */
+  if (fw_unlikely(fw_opt(CAUTIOUS))) {
+    fw_free_checked(p, FW_FORM_MALLOC, 0, 0);
+    return;
+  }
   fw_segment_t *seg = fw_ptr_segment(p);
   /* A later slice of this thread's medium page: the descriptor there only
    * points back to the page, whose own tag says who owns it. */
@@ -45,12 +60,9 @@ void fw_free_generic(void *p) {
       return;
     }
   }
-  if (fw_unlikely(fw_opt(CAUTIOUS)) && !fw_check_pointer(p))
-    fw_check_fail("free of a pointer that freeway did not hand out", p, 0);
   fw_page_t *page = fw_ptr_page(p);
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
-  if (fw_unlikely(fw_page_flags(page) & FW_PF_CHECKED)) fw_check_free(page, b);
   fw_free_route(seg, page, b);
 }
 

@@ -15,6 +15,9 @@ FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t a
 FW_HIDDEN void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size);
 /* free of anything but the fast path's case; p may be NULL. */
 FW_HIDDEN void fw_free_generic(void *p);
+/* A free in cautious mode: how is the form of allocation the call expects
+ * (check.h) and whether size and align were given; p may be NULL. */
+FW_HIDDEN void fw_free_checked(void *p, unsigned how, size_t size, size_t align);
 FW_HIDDEN size_t fw_usable_size(const void *p);
 /* Frees a block that was checked already (a late remote free found on a
  * recycled heap struct): routed like any other free. */

@@ -91,6 +91,8 @@ void *fw_heap_malloc_aligned(fw_heap_t *heap, size_t size, size_t alignment) {
 
 size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
   if (!p || !heap) return 0;
+  /* cautious mode: nothing is read through p before it is validated */
+  if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_check_heap_usable(heap, p);
   if (atomic_load_explicit(&fw_ptr_page(p)->heap, memory_order_relaxed) != heap) return 0;
   return fw_usable_size(p);
 }
@@ -102,6 +104,7 @@ void fw_heap_collect(fw_heap_t *heap, bool force) {
 
 bool fw_heap_contains(const fw_heap_t *heap, const void *p) {
   if (!fw_heap_owned(heap, "fw_heap_contains")) return false;
+  if (fw_unlikely(fw_opt(CAUTIOUS))) return p && fw_check_heap_contains(heap, p);
   return p && fw_heap_contains_block(heap, p);
 }
 
@@ -115,7 +118,8 @@ int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {
   s.size = sizeof s;
   if (heap != &fw_heap_empty) {
     if (!fw_heap_owned(heap, "fw_heap_stats")) return -1;
-    fw_heap_stats_of((fw_heap_t *)heap, &s);
+    if (fw_unlikely(fw_opt(CAUTIOUS))) fw_check_heap_stats((fw_heap_t *)heap, &s);
+    else fw_heap_stats_of((fw_heap_t *)heap, &s);
   }
   size_t n = out->size < sizeof s ? out->size : sizeof s;
   memcpy(out, &s, n);
@@ -125,7 +129,8 @@ int fw_heap_stats(const fw_heap_t *heap, fw_heap_stats_t *out) {
 
 void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
   if (!visit || !fw_heap_owned(heap, "fw_heap_visit")) return;
-  fw_heap_visit_blocks(heap, visit, arg);
+  if (fw_unlikely(fw_opt(CAUTIOUS))) fw_check_heap_visit(heap, visit, arg);
+  else fw_heap_visit_blocks(heap, visit, arg);
 }
 
 void fw_collect(bool force) {

@@ -43,6 +43,8 @@ static bool fw_option_parse(const char *s, long *out) {
   return true;
 }
 
+bool fw_cautious;
+
 void fw_options_init(void) {
   char var[64];
   for (int i = 0; i < FW_OPT_COUNT_; i++) {
@@ -55,6 +57,7 @@ void fw_options_init(void) {
     else
       fw_message("warning: ignoring %s=%s (not a number)\n", var, s);
   }
+  fw_cautious = fw_opt(CAUTIOUS) != 0;
 }
 
 static int fw_option_find(const char *name) {

@@ -7,7 +7,14 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sched.h>
+#include <signal.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <ucontext.h>
+#include <unwind.h>
+#include <sys/syscall.h>
 
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
@@ -129,6 +136,150 @@ void fw_os_write(int fd, const char *s, size_t n) {
 const char *fw_os_getenv(const char *name) { return getenv(name); }
 
 void fw_os_abort(void) { abort(); }
+
+uint64_t fw_os_random(void) {
+  uint64_t v = 0;
+#ifdef SYS_getrandom
+  if (syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == (long)sizeof v) return v;
+#endif
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  v = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+  v ^= (uint64_t)(uintptr_t)&v * 0xbf58476d1ce4e5b9ull ^ (uint64_t)(uintptr_t)&fw_os_random;
+  return v ^ (uint64_t)getpid() << 40;
+}
+
+/* ---- call stacks -------------------------------------------------------------- */
+typedef struct {
+  uintptr_t *pcs;
+  size_t n, max, walked;
+  uintptr_t skip_lo, skip_hi, from_pc;
+  bool started;
+} fw_bt_state_t;
+
+static _Unwind_Reason_Code fw_bt_frame(struct _Unwind_Context *ctx, void *arg) {
+  fw_bt_state_t *st = arg;
+  uintptr_t pc = (uintptr_t)_Unwind_GetIP(ctx);
+  if (!pc || ++st->walked > 64) return _URC_END_OF_STACK;
+  if (!st->started) {
+    if (st->from_pc ? pc != st->from_pc : (pc >= st->skip_lo && pc < st->skip_hi)) return _URC_NO_REASON;
+    st->started = true;
+  }
+  st->pcs[st->n++] = pc;
+  return st->n < st->max ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+size_t fw_os_backtrace(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi, uintptr_t from_pc) {
+  if (!max) return 0;
+  fw_bt_state_t st = {pcs, 0, max, 0, skip_lo, skip_hi, from_pc, false};
+  _Unwind_Backtrace(fw_bt_frame, &st);
+  return st.n;
+}
+
+typedef struct { uintptr_t base, lo, hi; } fw_range_query_t;
+
+static int fw_range_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  fw_range_query_t *q = arg;
+  if ((uintptr_t)info->dlpi_addr != q->base) return 0;
+  for (size_t i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (!q->lo || lo < q->lo) q->lo = lo;
+    if (hi > q->hi) q->hi = hi;
+  }
+  return 1;
+}
+
+bool fw_os_code_range(const void *fn, uintptr_t *lo, uintptr_t *hi) {
+  Dl_info info;
+  struct link_map *lm = NULL;
+  *lo = *hi = 0;
+  if (!dladdr1(fn, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) return false;
+  fw_range_query_t q = {(uintptr_t)lm->l_addr, 0, 0};
+  dl_iterate_phdr(fw_range_phdr, &q);
+  *lo = q.lo;
+  *hi = q.hi;
+  /* the program's own entry in the loader's list has an empty name */
+  return lm->l_name == NULL || lm->l_name[0] == 0;
+}
+
+void fw_os_describe_pc(uintptr_t pc, char *buf, size_t n) {
+  Dl_info info;
+  if (!n) return;
+  buf[0] = 0;
+  /* a return address points after the call: look up the call itself */
+  if (!dladdr((void *)(pc - 1), &info) || !info.dli_fname) {
+    snprintf(buf, n, "%#lx", (unsigned long)pc);
+    return;
+  }
+  const char *file = strrchr(info.dli_fname, '/');
+  file = file ? file + 1 : info.dli_fname;
+  if (info.dli_sname && info.dli_saddr)
+    snprintf(buf, n, "%#lx %s+%#lx (%s)", (unsigned long)pc, info.dli_sname,
+             (unsigned long)(pc - (uintptr_t)info.dli_saddr), file);
+  else
+    snprintf(buf, n, "%#lx %s+%#lx", (unsigned long)pc, file, (unsigned long)(pc - (uintptr_t)info.dli_fbase));
+}
+
+/* ---- faults in FW_PROBING functions -------------------------------------------- */
+/* Defined by the linker around the section; this one function makes sure
+ * the section exists in every link that has the hook. */
+extern const char __start_fw_probing[] __attribute__((visibility("hidden")));
+extern const char __stop_fw_probing[] __attribute__((visibility("hidden")));
+FW_PROBING void fw_os_probing_marker(void);
+void fw_os_probing_marker(void) {}
+
+bool fw_os_probing(uintptr_t pc) {
+  return pc >= (uintptr_t)__start_fw_probing && pc < (uintptr_t)__stop_fw_probing;
+}
+
+static fw_os_fault_fn *fw_fault_fn;
+static struct sigaction fw_fault_old[2];
+
+static void fw_fault_handler(int sig, siginfo_t *si, void *ucv) {
+  int saved = errno;
+  ucontext_t *uc = ucv;
+  uintptr_t pc = 0, regs[24];
+  size_t nregs = 0;
+#if defined(__x86_64__)
+  pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+  static const int order[] = {REG_RDI, REG_RSI, REG_RDX, REG_RCX, REG_R8, REG_R9, REG_RAX, REG_RBX,
+                              REG_RBP, REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) regs[nregs++] = (uintptr_t)uc->uc_mcontext.gregs[order[i]];
+#elif defined(__i386__)
+  pc = (uintptr_t)uc->uc_mcontext.gregs[REG_EIP];
+  static const int order[] = {REG_EAX, REG_EDX, REG_ECX, REG_EBX, REG_ESI, REG_EDI, REG_EBP};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) regs[nregs++] = (uintptr_t)uc->uc_mcontext.gregs[order[i]];
+  /* the first argument, on the stack at entry */
+  uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_ESP];
+  for (size_t i = 1; i <= 4; i++) regs[nregs++] = ((const uintptr_t *)sp)[i];
+#elif defined(__aarch64__)
+  pc = (uintptr_t)uc->uc_mcontext.pc;
+  for (size_t i = 0; i < 19; i++) regs[nregs++] = (uintptr_t)uc->uc_mcontext.regs[i];
+#else
+  (void)uc;
+#endif
+  if (si->si_code > 0 && fw_os_probing(pc) && fw_fault_fn)
+    fw_fault_fn((uintptr_t)si->si_addr, pc, regs, nregs);
+  /* Not ours: the previous disposition takes over, for good. A fault of an
+   * instruction happens again on return; a signal someone sent is raised
+   * again (it stays pending until this handler returns). */
+  sigaction(sig, &fw_fault_old[sig == SIGBUS], NULL);
+  if (si->si_code <= 0) raise(sig);
+  errno = saved;
+}
+
+bool fw_os_fault_hook(fw_os_fault_fn *fn) {
+  fw_fault_fn = fn;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fw_fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  return sigaction(SIGSEGV, &sa, &fw_fault_old[0]) == 0 && sigaction(SIGBUS, &sa, &fw_fault_old[1]) == 0;
+}
 
 /* ---- locks: a recursive spin-then-yield lock on one word ------------------ */
 void fw_lock_acquire(fw_lock_t *l) {

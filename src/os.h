@@ -65,6 +65,42 @@ FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
 FW_HIDDEN const char *fw_os_getenv(const char *name);
 FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
 
+/* 64 random bits from the kernel, for per-process secrets; if the kernel
+ * gives none, bits mixed from the clock and addresses (not secret, but
+ * different from run to run). */
+FW_HIDDEN uint64_t fw_os_random(void);
+
+/* ---- call stacks and faults (cautious mode's reports) ---------------------
+ * fw_os_backtrace fills pcs with return addresses of the calling thread's
+ * stack, outermost last, read with the unwinder (no frame pointers needed);
+ * it never allocates. Leading frames whose address lies in [skip_lo,
+ * skip_hi) are left out; with from_pc non-zero, every frame before the one
+ * at from_pc is left out instead (a signal handler's own frames). Returns
+ * the number of frames stored. */
+FW_HIDDEN size_t fw_os_backtrace(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi,
+                                 uintptr_t from_pc);
+/* The executable code of the loaded object (program or shared library) that
+ * holds fn: [*lo, *hi). Returns true if that object is the main program. */
+FW_HIDDEN bool fw_os_code_range(const void *fn, uintptr_t *lo, uintptr_t *hi);
+/* Writes "symbol+0xoff (object)" or "object+0xoff" for a code address. */
+FW_HIDDEN void fw_os_describe_pc(uintptr_t pc, char *buf, size_t n);
+
+/* Functions that read memory through a pointer the caller passed before
+ * anything has validated it (the free fast path reads the slice descriptor
+ * at the pointer's segment base) live in a section of their own, so that a
+ * fault handler can tell a fault in them from any other. Only placement:
+ * the code is the same. */
+#define FW_PROBING __attribute__((section("fw_probing"), noinline))
+/* Installs a SIGSEGV and SIGBUS handler. A fault whose instruction lies in
+ * an FW_PROBING function calls fn with the faulting data address, the
+ * instruction's address and the general registers at the fault; fn is
+ * expected not to return. Any other fault (or fn returning) puts the
+ * previous handler back and lets the fault take its normal course. */
+/* True if pc lies in an FW_PROBING function. */
+FW_HIDDEN bool fw_os_probing(uintptr_t pc);
+typedef void fw_os_fault_fn(uintptr_t addr, uintptr_t pc, const uintptr_t *regs, size_t nregs);
+FW_HIDDEN bool fw_os_fault_hook(fw_os_fault_fn *fn);
+
 /* For the internal unit tests: pretend the OS page is this size (a power of
  * two, at least the real one), to exercise the partial-page rules of
  * fw_os_purge on a 4 KiB kernel. 0 restores the real size. */
