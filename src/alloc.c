@@ -167,7 +167,8 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh) {
     page = fw_heap_page_for(heap, cls);
     if (!page) return fw_enomem();
   }
-  fw_block_t *b = fw_page_pop(page);
+  fw_block_t *b = fw_page_pop_checked(page);
+  FW_ASSERT(b != NULL);
   if (size > FW_DIRECT_MAX && (uint8_t *)b >= page->fresh) {
     page->fresh = (uint8_t *)b + page->block_size;
     if (fresh) *fresh = page->is_zero;
@@ -214,15 +215,22 @@ FW_COLD static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t ali
 }
 
 void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
+  /* The fast path stops at a list's last block too (its link leads to
+   * fw_list_end, which fails the link check): pop it here, or stop on a
+   * damaged link. Cautious mode's direct[] names only fw_page_empty. */
+  if (size <= FW_DIRECT_MAX) {
+    fw_block_t *b = fw_page_pop_checked(heap->direct[size]);
+    if (b) return b;
+  }
   /* Blocks above the direct table (1 KiB .. 128 KiB): the head page of the
    * class queue, when it has a free block and nothing else is due. */
   if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX) {
     fw_page_t *page = heap->queues[fw_size_class(size)].first;
     uint64_t n = heap->slow_count + 1;
-    if (page && page->free && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
+    if (page && fw_page_has_free(page) && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
         !fw_opt(CAUTIOUS)) {
       heap->slow_count = n;
-      fw_block_t *b = fw_page_pop(page);
+      fw_block_t *b = fw_page_pop_checked(page);
       if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
       return b;
     }
@@ -237,7 +245,7 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
     bool fresh = false;
     void *p = fw_malloc_plain_ex(heap, size, &fresh);
     if (p) {
-      if (fresh) ((fw_block_t *)p)->next = NULL;
+      if (fresh) ((fw_block_t *)p)->link = 0;
       else memset(p, 0, size);
     }
     return p;

@@ -79,7 +79,7 @@ void fw_check_free(fw_page_t *pg, const void *block) {
   if (pg->block_size >= 16 && ((uint64_t *)b)[1] == tag) {
     bool local = atomic_load_explicit(&fw_page_segment(pg)->thread_id, memory_order_relaxed) == fw_thread_id();
     bool found = !local;  /* a remote page's lists cannot be walked safely: trust the tag */
-    for (fw_block_t *f = pg->free; local && f; f = f->next)
+    for (fw_block_t *f = pg->free; local && f != FW_LIST_END; f = fw_block_next(f))
       if ((uint8_t *)f == b) { found = true; break; }
     if (found) fw_check_fail("double free", b, pg->block_size);
   }

@@ -4,7 +4,7 @@
  * pointer. Cautious mode's checks are hooks called from here. */
 #ifndef FW_FRONT_H
 #define FW_FRONT_H
-#include "types.h"
+#include "page.h"
 
 /* Everything the fast path below does not do. (size, heap): the order the
  * malloc fast path has them in, so that its miss reaches this with a
@@ -25,8 +25,8 @@ FW_HIDDEN void *fw_enomem(void);
  * direct[size] names. */
 FW_INLINE void *fw_heap_malloc_fast(fw_heap_t *heap, size_t size) {
   if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_page_t *page = heap->direct[size];
-    if (fw_likely(page->free != NULL)) return fw_page_pop(page);
+    fw_block_t *b = fw_page_pop_fast(heap->direct[size]);
+    if (fw_likely(b != NULL)) return b;
   }
   return fw_malloc_generic(size, heap);
 }

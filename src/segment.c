@@ -392,7 +392,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
-  page->free = NULL;
+  page->free = NULL;  /* fw_page_init sets up the list of a page put to use */
   page->used = 0;
   fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;
