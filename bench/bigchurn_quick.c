@@ -14,7 +14,9 @@
  * allocator's purge delay, it shows what that delay costs).
  *
  * Plain malloc/free only: the allocator is chosen with LD_PRELOAD. One JSON
- * object on the last line of stdout. */
+ * object on the last line of stdout. Not part of the suite bench/run.py
+ * runs; build it by hand:
+ *   cc -O2 -pthread -Ibench bench/bigchurn_quick.c -o bigchurn_quick */
 #include "bench_common.h"
 
 typedef struct cfg {

@@ -326,18 +326,14 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
  * burst, and any thread's housekeeping purges the chunks, not only the
  * freeing thread's. */
 
-/* The offset of a block of this alignment in a LARGE segment. An alignment
- * of half a segment or more would put it at the end of the first chunk: the
- * block then starts exactly one segment after the header, at an address
- * that is itself align-aligned (the mapping is placed for it), and
- * fw_ptr_segment's "p - 1" finds the header from it. */
-static size_t fw_large_offset(size_t align) {
-  if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
-  return fw_align_up(FW_SEGMENT_HEADER, align < FW_SEGMENT_SIZE ? align : FW_SEGMENT_SIZE);
-}
-
+/* The block starts at the first align-aligned offset after the header. An
+ * alignment of half a segment or more would put that offset at the end of
+ * the first chunk: the block then starts exactly one segment after the
+ * header, at an address that is itself align-aligned (the mapping is placed
+ * for it), and fw_ptr_segment's "p - 1" finds the header from it. */
 fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
-  size_t offset = fw_large_offset(align);
+  if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
+  size_t offset = fw_align_up(FW_SEGMENT_HEADER, align < FW_SEGMENT_SIZE ? align : FW_SEGMENT_SIZE);
   if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE) return NULL;
   size_t chunks = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   bool is_zero;
