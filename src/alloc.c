@@ -9,8 +9,11 @@
  *     mappings (FREEWAY_ARENA_RESERVE, 1 GiB by default, doubling every 64
  *     arenas) and cut into 4 MiB chunks tracked by bitmaps (in use, dirty,
  *     marked). A chunk is claimed or released with one atomic operation on a
- *     bitmap word. Segments of more than 64 chunks (blocks over 256 MiB) and
- *     alignments over 4 MiB get a mapping of their own.
+ *     bitmap word. Claims go to dirty (warm) chunks first: a run of several
+ *     chunks to the shortest stretch of free warm chunks that holds it, else
+ *     where it covers the most warm ones. Segments of more than 64 chunks
+ *     (blocks over 256 MiB) and alignments over 4 MiB get a mapping of their
+ *     own.
  *
  *  2. Segments (segment.c). A segment is one or more chunks, aligned to
  *     4 MiB, owned by one thread. Its header holds the descriptors of the
@@ -62,8 +65,9 @@
  *   aligned_alloc, posix_memalign,   fw_heap_malloc_aligned_ex: alignment
  *   memalign, valloc, pvalloc,       <= 16 is every block's; else padded
  *   fw_malloc_aligned, new(align)    inside a page, or a large block placed
- *   realloc, reallocarray            fw_realloc_ex: in place when it fits or
- *                                    a span can grow, else move
+ *   realloc, reallocarray            fw_realloc_ex: in place when it fits, a
+ *                                    span or a big block can grow, or a big
+ *                                    block shrinks; else move
  *   free, cfree, free_sized,         fast.h fw_free_fast: tag compare, push;
  *   free_aligned_sized, delete       miss: free.c fw_free_generic
  *   A thread's first allocation (and any allocation of a thread that has
@@ -85,6 +89,17 @@
  *      their own. A span freed by its thread first waits in the heap's
  *      large-block cache (FREEWAY_LARGE_CACHE MiB) for a request of the same
  *      slice count, which gets it back with the pages it touched in place.
+ *      A block above 2 MiB is its own segment of whole chunks; freed, the
+ *      chunks go back to the arena but stay warm there for ten purge delays,
+ *      and the next big block is placed over them (see arena claims above),
+ *      so a program that fills and frees big buffers over and over writes to
+ *      pages it already has instead of faulting each one in again. The
+ *      arena rather than a per-thread list keeps them because its bitmap
+ *      joins neighbouring freed blocks into one stretch: a list of freed
+ *      segments of fixed sizes fits random sizes badly and, measured on
+ *      5-25 MiB blocks, doubled both the memory touched and the faults.
+ *      realloc grows such a block into the free chunks after it and shrinks
+ *      it by giving its tail chunks back, without copying.
  *
  * FREE
  *   a. same thread and a plain page: the slice descriptor's tag equals the
@@ -103,8 +118,12 @@
  *   d. a page whose last block is freed returns to its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged
- *      (MADV_DONTNEED), so RSS falls after a burst. A thread keeps at most
- *      FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
+ *      (MADV_DONTNEED), so RSS falls after a burst; the chunks of a block
+ *      above 2 MiB, for ten delays (100 ms by default): writing such a block
+ *      again costs thousands of page faults, and a program that works on
+ *      one buffer for longer than a delay before it allocates the next
+ *      would otherwise lose every freed one just before it wanted it. A
+ *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
  *      memory) leaves the memory dirty, so calloc clears it itself.
  *
  * THREADS
@@ -290,12 +309,16 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
     if (fw_unlikely(fw_opt(CAUTIOUS))) fw_check_resize(p, size);
     return p;
   }
-  /* A large block of this thread grows into the free slices after it. */
-  if (size > usable && size > FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
+  /* A large block of this thread grows into the free slices or chunks
+   * after it; one in a segment of its own that shrinks but stays above a
+   * span's size gives its tail chunks back instead of being copied. */
+  bool grow = size > usable && size > FW_MEDIUM_MAX;
+  bool shrink = size < usable && size > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE;
+  if ((grow || shrink) && !fw_opt(CAUTIOUS)) {
     fw_page_t *page = fw_ptr_page(p);
     if (page->kind == FW_KIND_LARGE && p == page->area &&
         atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
-        fw_large_grow(page, size))
+        (grow ? fw_large_grow(page, size) : fw_large_shrink(page, size)))
       return p;
   }
   /* A block that grows by less than double is likely to grow again (a
