@@ -26,7 +26,9 @@
  *
  * Misuse
  * ------
- * Every fw_pool_free looks its pointer up: a chunk of another pool's slab is
+ * Every fw_pool_free checks that its pointer is in one of the pool's slabs:
+ * in the chunk the thread's entry last found to be the pool's (see
+ * fw_pool_free), or else in the map. A chunk of another pool's slab is
  * reported as an object freed into the wrong pool, a chunk of no slab as a
  * pointer freeway did not hand out, and an object freed twice in a row by
  * one thread (it is then the head of the thread's list) as a double free.
@@ -44,7 +46,7 @@
  *    live pool from a destroyed one that had the same id). An entry holds a
  *    current list of at most `batch` objects plus one spare batch, so it keeps
  *    about cache_limit objects. Alloc pops and free pushes the current list:
- *    no atomics, no locks, one unlikely branch each.
+ *    no atomics, no locks.
  * 2. Shards. When the current list runs dry (or overflows while a spare is
  *    already held), the thread exchanges a whole batch with a shard: a small
  *    spin-locked stack of batch descriptors {head, count}. Pushing or popping
@@ -76,8 +78,9 @@
  * their pools' shards, checking under the registry lock that each pool is
  * still the one the entry was made for. fw_pool_destroy unregisters the pool
  * under the same lock before releasing its memory, so an exiting thread never
- * touches a destroyed pool; objects still cached by other threads are simply
- * forgotten (their entries fail the generation check).
+ * touches a destroyed pool, and clears the chunk of every thread's entry for
+ * it; objects still cached by other threads are simply forgotten (their
+ * entries fail the generation check).
  *
  * Locks, outermost first: pool_reg_lock, a pool's grow_lock, a shard's lock.
  * None of them is held while calling into the allocator, so the allocator's
@@ -218,7 +221,7 @@ typedef struct pool_cache_s {
   atomic_size_t spare_count;  /* objects on spare */
   atomic_size_t base;
   uintptr_t chunk;            /* address >> POOL_CHUNK_SHIFT of a chunk of the pool's
-                                 slabs, or UINTPTR_MAX: frees in it skip the slab map */
+                                 slabs, or UINTPTR_MAX (see fw_pool_free) */
 } pool_cache_t;
 
 /* A thread's registration, for fw_pool_stats, fork and thread exit. */
@@ -293,9 +296,10 @@ static _Atomic(uintptr_t) pool_map_top[POOL_TOP_ENTRIES];
 /* The entry of a's chunk: (uintptr_t)pool | index of the chunk in its slab,
  * or 0 for memory of no slab (and for addresses beyond the map). */
 static inline uintptr_t pool_map_get(uintptr_t a) {
-  if ((uint64_t)a >> POOL_ADDR_BITS)
+  uint64_t top = (uint64_t)a >> POOL_TOP_SHIFT;
+  if (top >= POOL_TOP_ENTRIES)
     return 0;
-  uintptr_t leaf = (uintptr_t)pool_map_zeros + load_relaxed(&pool_map_top[(uint64_t)a >> POOL_TOP_SHIFT]);
+  uintptr_t leaf = (uintptr_t)pool_map_zeros + load_relaxed(&pool_map_top[top]);
   return load_relaxed(&((_Atomic(uintptr_t) *)leaf)[(a >> POOL_CHUNK_SHIFT) & (POOL_LEAF_ENTRIES - 1)]);
 }
 
@@ -323,21 +327,25 @@ static _Atomic(uintptr_t) *pool_map_leaf(uintptr_t a, bool create) {
   return (_Atomic(uintptr_t) *)((uintptr_t)pool_map_zeros + off);
 }
 
-/* Enters the chunks of a slab as pool's, or (pool NULL) removes them. */
-static bool pool_map_set(const char *base, size_t bytes, const fw_pool_t *pool) {
+/* Maps the leaves a slab's entries will be in. */
+static bool pool_map_prepare(const char *base, size_t bytes) {
   uintptr_t a = (uintptr_t)base;
-  if ((uint64_t)(a + bytes - 1) >> POOL_ADDR_BITS)
+  if ((uint64_t)(a + bytes - 1) >> POOL_TOP_SHIFT >= POOL_TOP_ENTRIES)
     return false;
-  for (uintptr_t k = 0; k < bytes >> POOL_CHUNK_SHIFT; k++, a += POOL_CHUNK) {
-    _Atomic(uintptr_t) *leaf = pool_map_leaf(a, pool != NULL);
-    if (leaf == NULL) {
-      if (pool != NULL)
-        return false;
-      continue;
-    }
-    store_relaxed(&leaf[(a >> POOL_CHUNK_SHIFT) & (POOL_LEAF_ENTRIES - 1)], pool ? (uintptr_t)pool | k : 0);
-  }
+  for (size_t k = 0; k < bytes >> POOL_CHUNK_SHIFT; k++, a += POOL_CHUNK)
+    if (pool_map_leaf(a, true) == NULL)
+      return false;
   return true;
+}
+
+/* Enters the chunks of a prepared slab as pool's, or (pool NULL) removes them. */
+static void pool_map_set(const char *base, size_t bytes, const fw_pool_t *pool) {
+  uintptr_t a = (uintptr_t)base;
+  for (uintptr_t k = 0; k < bytes >> POOL_CHUNK_SHIFT; k++, a += POOL_CHUNK) {
+    _Atomic(uintptr_t) *leaf = pool_map_leaf(a, false);
+    if (leaf != NULL)
+      store_relaxed(&leaf[(a >> POOL_CHUNK_SHIFT) & (POOL_LEAF_ENTRIES - 1)], pool ? (uintptr_t)pool | k : 0);
+  }
 }
 
 /* ---- Misuse reports ---------------------------------------------------- */
@@ -513,7 +521,7 @@ static bool pool_shard_pop(pool_shard_t *s, pool_batch_t *out) {
 }
 
 /* ---- Slabs ------------------------------------------------------------- */
-/* A slab and its descriptor, entered in the slab map. */
+/* A slab and its descriptor, ready to be entered in the slab map. */
 static pool_slab_t *pool_slab_new(fw_pool_t *pool) {
   pool_slab_t *slab = fw_malloc(sizeof *slab);
   if (slab == NULL)
@@ -525,8 +533,7 @@ static pool_slab_t *pool_slab_new(fw_pool_t *pool) {
   }
   if (pool->cautious) /* no object is live yet */
     memset(slab->base + pool->bitmap_offset, 0, pool->slab_size - pool->bitmap_offset);
-  if (!pool_map_set(slab->base, pool->slab_size, pool)) {
-    pool_map_set(slab->base, pool->slab_size, NULL);
+  if (!pool_map_prepare(slab->base, pool->slab_size)) {
     fw_free_aligned_sized(slab->base, POOL_CHUNK, pool->slab_size);
     fw_free(slab);
     return NULL;
@@ -534,14 +541,17 @@ static pool_slab_t *pool_slab_new(fw_pool_t *pool) {
   return slab;
 }
 
-static void pool_slab_delete(fw_pool_t *pool, pool_slab_t *slab) {
-  pool_map_set(slab->base, pool->slab_size, NULL);
+static void pool_slab_delete(fw_pool_t *pool, pool_slab_t *slab, bool entered) {
+  if (entered)
+    pool_map_set(slab->base, pool->slab_size, NULL);
   fw_free_aligned_sized(slab->base, POOL_CHUNK, pool->slab_size);
   fw_free(slab);
 }
 
 /* Carves up to `want` objects from the current slab, taking a new slab when
- * it is used up. The slab is obtained outside the grow lock. */
+ * it is used up. The slab is obtained outside the grow lock, and entered in
+ * the slab map only when it is the pool's: a chunk, once found in the map,
+ * stays the pool's until the pool is destroyed (see fw_pool_free). */
 static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool_slab_t *fresh = NULL;
   char *start;
@@ -549,6 +559,7 @@ static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool_lock(&pool->grow_lock);
   while (pool->bump_left == 0) {
     if (fresh != NULL) {
+      pool_map_set(fresh->base, pool->slab_size, pool);
       fresh->next = pool->slabs;
       pool->slabs = fresh;
       store_relaxed(&pool->nslabs, load_relaxed(&pool->nslabs) + 1);
@@ -569,7 +580,7 @@ static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool->bump_left -= n;
   pool_unlock(&pool->grow_lock);
   if (fresh != NULL) /* another thread added a slab while we obtained ours */
-    pool_slab_delete(pool, fresh);
+    pool_slab_delete(pool, fresh, false);
 
   size_t size = pool->object_size;
   char *p = start;
@@ -652,6 +663,8 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
   if (grown == NULL)
     return false;
   memset(grown, 0, cap * sizeof *grown);
+  for (uint32_t id = 0; id < cap; id++)
+    grown[id].chunk = UINTPTR_MAX;
   pool_cache_t *old = t->caches;
   pthread_mutex_lock(&pool_reg_lock);
   if (t->cap)
@@ -840,14 +853,29 @@ static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
   pool_cache_push(c, p, load_relaxed(&c->count));
 }
 
+/* A free whose object is in another chunk than the entry's: the entry must
+ * be this pool's and the chunk one of its slabs', which the entry then
+ * vouches for. */
+static void pool_free_chunk(fw_pool_t *pool, void *p, pool_cache_t *c, size_t n) {
+  if (pool_likely(load_relaxed(&c->gen) == pool->gen &&
+                  pool_entry_pool(pool_map_get((uintptr_t)p)) == pool)) {
+    c->chunk = (uintptr_t)p >> POOL_CHUNK_SHIFT;
+    pool_cache_push(c, p, n);
+    return;
+  }
+  pool_free_slow(pool, p);
+}
+
 /* Fast path preconditions: the thread has an entry for this pool id, the
- * entry belongs to this pool (generation), and the current list is non-empty
- * (alloc) or below a batch (free); a free must also be of an object in one
- * of the pool's slabs, and not the head of the list (freed just before).
- * The slab map is looked up only when the object is in another chunk than
- * the last one freed: a chunk stays the pool's until the pool is destroyed,
- * and then the entry's generation no longer matches. Everything else is the
- * slow path, NULL included. */
+ * entry belongs to this pool, and the current list is non-empty (alloc) or
+ * below a batch (free). The entry's generation says whom it belongs to; a
+ * free tests its chunk instead: the chunk of the last object freed through
+ * the entry, set only once the generation and the slab map agreed, and
+ * taken back from every thread's entry when the pool is destroyed. So an
+ * object in that chunk is this pool's, freed into an entry of this pool;
+ * the slab map is read only when the chunk changes. A free must also not be
+ * of the list's head (freed just before). Everything else is the slow path,
+ * NULL included. */
 FW_API void *fw_pool_alloc(fw_pool_t *pool) {
   uint32_t id = pool->id;
   if (pool_likely(id < pool_tls.cap)) {
@@ -866,18 +894,15 @@ FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
   if (pool_likely(id < pool_tls.cap)) {
     pool_cache_t *c = &pool_tls.caches[id];
     size_t n = load_relaxed(&c->count);
-    if (pool_likely(n < pool->free_limit && load_relaxed(&c->gen) == pool->gen && p != c->head)) {
-      uintptr_t chunk = (uintptr_t)p >> POOL_CHUNK_SHIFT;
-      if (pool_unlikely(chunk != c->chunk)) {
-        if (pool_entry_pool(pool_map_get((uintptr_t)p)) != pool)
-          goto slow;
-        c->chunk = chunk;
+    if (pool_likely(n < pool->free_limit && p != c->head)) {
+      if (pool_likely((uintptr_t)p >> POOL_CHUNK_SHIFT == c->chunk)) {
+        pool_cache_push(c, p, n);
+        return;
       }
-      pool_cache_push(c, p, n);
+      pool_free_chunk(pool, p, c, n);
       return;
     }
   }
-slow:
   pool_free_slow(pool, p);
 }
 
@@ -1034,12 +1059,16 @@ FW_API void fw_pool_destroy(fw_pool_t *pool) {
   pool_reg[pool->id] = NULL;
   if (pool->id < pool_reg_hint)
     pool_reg_hint = pool->id;
+  /* The chunks the threads' entries vouch for go with the pool (fw_pool_free). */
+  for (pool_thread_t *t = pool_threads; t != NULL; t = t->next)
+    if (pool->id < t->cap)
+      t->caches[pool->id].chunk = UINTPTR_MAX;
   pthread_mutex_unlock(&pool_reg_lock);
 
   pool_slab_t *slab = pool->slabs;
   while (slab != NULL) {
     pool_slab_t *next = slab->next;
-    pool_slab_delete(pool, slab);
+    pool_slab_delete(pool, slab, true);
     slab = next;
   }
   for (uint32_t i = 0; i <= pool->shard_mask; i++)

@@ -5,6 +5,7 @@
  *                 more commit memory in step with their objects: 84 slabs
  *                 once took a 4 MiB segment each, 240-350 MiB committed
  *                 for 10-85 MiB of objects;
+ *   free_null:    freeing NULL does nothing, whatever the thread's cache;
  *   misuse:       each misuse of fw_pool_free (and a damaged free link in
  *                 cautious mode) run in a child process, in the default and
  *                 in cautious mode: the child must abort with the report's
@@ -82,6 +83,32 @@ static void t_slab_memory(void) {
   slab_memory_case(200000, 84);
   /* Small objects keep 64 KiB slabs and stay as dense. */
   slab_memory_case(1000, 84);
+}
+
+/* ---- free_null ---------------------------------------------------------------- */
+/* fw_pool_free(pool, NULL) does nothing, whatever state the thread's entry
+ * for the pool is in: none yet, fresh, or warm. */
+static void t_free_null(void) {
+  fw_pool_t *pool = fw_pool_new(40, 0, NULL);
+  CHECK(pool != NULL);
+  fw_pool_free(pool, NULL);
+  void *p[100];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 100; i++) {
+      p[i] = fw_pool_alloc(pool);
+      CHECK(p[i] != NULL);
+      fw_pool_free(pool, NULL);
+    }
+    CHECK(pool_stats(pool).objects_live == 100);
+    for (int i = 0; i < 100; i++) {
+      fw_pool_free(pool, p[i]);
+      fw_pool_free(pool, NULL);
+    }
+    CHECK(pool_stats(pool).objects_live == 0);
+    for (int i = 0; i < 100; i++) CHECK((p[i] = fw_pool_alloc(pool)) != NULL); /* no NULL went on a list */
+    for (int i = 0; i < 100; i++) fw_pool_free(pool, p[i]);
+  }
+  fw_pool_destroy(pool);
 }
 
 /* ---- misuse ------------------------------------------------------------------- */
@@ -209,6 +236,24 @@ static void m_global(void) {
   fw_pool_free(a, global_object);
 }
 
+/* A pool destroyed after this thread freed into it; a new pool takes its
+ * id (and this thread's entry for the id), another one its memory. An
+ * object of the latter freed into the former is in the chunk the entry
+ * last saw the destroyed pool free. */
+static void m_wrong_pool_reused(void) {
+  fw_pool_t *a = warm_pool(48);
+  void *p = fw_pool_alloc(a), *kept = fw_pool_alloc(a); /* the entry's list is not full */
+  fw_pool_free(a, p);
+  (void)kept;
+  fw_pool_destroy(a);
+  fw_pool_t *b = fw_pool_new(48, 0, NULL), *c = fw_pool_new(48, 0, NULL);
+  if (b == NULL || c == NULL) _exit(2);
+  void *q = NULL;
+  for (int i = 0; i < 2000 && (uintptr_t)q >> 16 != (uintptr_t)p >> 16; i++) q = fw_pool_alloc(c);
+  announce(q);
+  fw_pool_free(b, q);
+}
+
 /* An object of a destroyed pool: its memory is no pool's any more. */
 static void m_destroyed(void) {
   fw_pool_t *a = warm_pool(48), *b = warm_pool(48);
@@ -236,6 +281,7 @@ static const misuse_case misuse_cases[] = {
   {"wrong_pool", "object freed into the wrong pool", false, m_wrong_pool},
   {"wrong_pool_large", "object freed into the wrong pool", false, m_wrong_pool_large},
   {"wrong_pool_thread", "object freed into the wrong pool", false, m_wrong_pool_thread},
+  {"wrong_pool_reused", "object freed into the wrong pool", false, m_wrong_pool_reused},
   {"double_free", "double free", false, m_double_free},
   {"double_free_later", "double free", true, m_double_free_later},
   {"double_free_thread", "double free", true, m_double_free_thread},
@@ -329,6 +375,7 @@ static void t_misuse(void) {
 
 static const fwt_section sections[] = {
   {"slab_memory", t_slab_memory},
+  {"free_null", t_free_null},
   {"misuse", t_misuse},
   {"_misuse_child", t_misuse_child},
 };
