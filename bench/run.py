@@ -39,17 +39,45 @@ REPO = os.path.dirname(HERE)
 # ---------------------------------------------------------------------------
 
 # name -> shared object to preload (None: the C library's own allocator).
-# freeway's comes from the build directory; the others are looked up in the
-# system's library directories.
+# freeway's comes from the build directory; "@peers" ones are built from
+# source by bench/peers/build.sh into BUILD/peers/NAME/ (its peer.json names
+# the library and where it came from); the others are Debian's packages,
+# looked up in the system's library directories.
 PEERS = [
     ("system", None),
     ("freeway", "@build"),
     ("jemalloc", "libjemalloc.so.2"),
     ("tcmalloc", "libtcmalloc_minimal.so.4"),
     ("mimalloc", "libmimalloc.so.2"),
+    ("mimalloc3", "@peers"),
+    ("mimalloc2", "@peers"),
+    ("snmalloc", "@peers"),
+    ("rpmalloc", "@peers"),
     ("tbb", "libtbbmalloc_proxy.so.2"),
 ]
 ALLOC_NAMES = [n for n, _ in PEERS]
+BUILT_PEERS = [n for n, lib in PEERS if lib == "@peers"]
+# freeway's targets are stated against the newest mimalloc release.
+NEWEST_MIMALLOC = "mimalloc3"
+
+
+def peer_build(build_dir, name):
+    """What bench/peers/build.sh recorded for a peer it built (its peer.json
+    plus the library's path), or None when the library is not there."""
+    d = os.path.join(build_dir, "peers", name)
+    try:
+        with open(os.path.join(d, "peer.json")) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    info["path"] = os.path.join(d, info.get("lib", ""))
+    return info if info.get("lib") and os.path.exists(info["path"]) else None
+
+
+def mi_version_number(text):
+    """"3.3.2" -> 30302, mimalloc's mi_version() encoding; None if not x.y.z."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)$", text or "")
+    return int(m.group(1)) * 10000 + int(m.group(2)) * 100 + int(m.group(3)) if m else None
 
 
 def lib_dirs():
@@ -727,8 +755,16 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
     for name, lib in PEERS:
         if name not in wanted:
             continue
+        peer = None
         if lib is None:
             path = None
+        elif lib == "@peers":
+            peer = peer_build(build_dir, name)
+            if not peer:
+                notes.append("%s: %s not built (scripts/bench.sh builds it with bench/peers/build.sh); skipped"
+                             % (name, rel(os.path.join(build_dir, "peers", name))))
+                continue
+            path = peer["path"]
         elif lib == "@build":
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
@@ -747,6 +783,14 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         if path and provider.startswith("libc.so"):
             notes.append("%s: LD_PRELOAD did not replace malloc; skipped" % name)
             continue
+        if peer and provider != os.path.basename(path):
+            notes.append("%s: malloc came from %s, not %s; skipped" % (name, provider, os.path.basename(path)))
+            continue
+        want_mi = mi_version_number(peer.get("upstream_version")) if peer and name.startswith("mimalloc") else None
+        if want_mi and r.data.get("mi_version") != want_mi:
+            notes.append("%s: the live mimalloc says version %s, its build %s; skipped"
+                         % (name, r.data.get("mi_version"), peer.get("upstream_version")))
+            continue
         if path:
             pkg, ver = package_version(path)
         else:
@@ -756,10 +800,17 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         if name == "freeway":
             pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
                 "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
+        built = None
+        if peer:
+            pkg = "crates.io %s %s, built here" % (peer.get("crate", "?"), peer.get("crate_version", "?"))
+            ver = peer.get("upstream_version") or "not stated (crate %s)" % peer.get("crate_version", "?")
+            built = {k: peer.get(k, "") for k in ("crate", "crate_version", "crate_sha256", "flags", "compiler")}
         allocs.append({"name": name, "path": path,
                        "lib": (rel(path) if not os.path.isabs(rel(path)) else os.path.basename(path))
                        if path else "(none: C library)",
                        "package": pkg, "version": ver, "malloc_from": provider})
+        if built:
+            allocs[-1]["built_from"] = built
     return allocs
 
 
@@ -799,7 +850,9 @@ def callgrind_count(argv, preload, timeout):
     r = run_program(vg + argv, preload=preload, timeout=timeout, want_json=False)
     m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
     if not r.ok or not m:
-        return None, r.error or "no 'Collected' line from callgrind"
+        # The program's own words, not valgrind's summary, say why it stopped.
+        own = [l.strip() for l in r.stderr.splitlines() if l.strip() and not l.startswith("==")]
+        return None, (own[0] + ": " if own else "") + (r.error or "no 'Collected' line from callgrind")
     return int(m.group(1)), ""
 
 
@@ -838,6 +891,11 @@ def run_fastpath(exp, cases, allocs, full, timeout, progress, records, notes):
             if not ok:
                 progress.note("  fastpath / %s / %s: %s" % (case.label, a["name"], err))
             progress.step("fastpath %s %s" % (case.label, a["name"]))
+    for a in allocs:
+        mine = [r for r in records if r["exp"] == exp.name and r["alloc"] == a["name"]]
+        if mine and not any(r["ok"] for r in mine):
+            notes.append("fastpath: %s failed in every case under valgrind (%s)"
+                         % (a["name"], mine[0]["error"].split(":")[0]))
     l1, _ = callgrind_count(loop_argv + [str(n1)], None, timeout)
     l2, _ = callgrind_count(loop_argv + [str(n2)], None, timeout)
     if l1 is not None and l2 is not None:
@@ -945,7 +1003,9 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         return lines + report_fastpath(exp, labels, summary, alloc_names)
     scols, srows, snote = seed_columns(seeds, exp)
     has_seed = any(c.seed_key in srows for c in cases)
-    header = ["case"] + alloc_names + ["freeway / best peer"] + (["seed: " + c for c in scols] if has_seed else [])
+    vs_newest = NEWEST_MIMALLOC in alloc_names
+    header = ["case"] + alloc_names + ["freeway / best peer"] + (
+        ["freeway / " + NEWEST_MIMALLOC] if vs_newest else []) + (["seed: " + c for c in scols] if has_seed else [])
     rows = []
     for l, case in zip(labels, cases):
         row = [l]
@@ -954,6 +1014,8 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         bp = best_peer(summary, l, alloc_names, exp.metric)
         fw = med(summary, l, "freeway", exp.metric)
         row.append(("%s (%s)" % (fmt_ratio(ratio(fw, bp[1])), bp[0])) if (bp and fw is not None) else "-")
+        if vs_newest:
+            row.append(fmt_ratio(ratio(fw, med(summary, l, NEWEST_MIMALLOC, exp.metric))))
         if has_seed:
             vals = srows.get(case.seed_key, [])
             row += [("%g%%" % v if "CPU" in c else "%g" % v) if i < len(vals) else "" for i, (c, v) in
@@ -1038,7 +1100,8 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
 
 def report_fastpath(exp, labels, summary, alloc_names):
     lines = []
-    header = ["case"] + alloc_names + ["freeway / mimalloc"]
+    vs_newest = NEWEST_MIMALLOC in alloc_names
+    header = ["case"] + alloc_names + ["freeway / mimalloc"] + (["freeway / " + NEWEST_MIMALLOC] if vs_newest else [])
     rows = []
     for l in labels:
         row = [l]
@@ -1048,6 +1111,8 @@ def report_fastpath(exp, labels, summary, alloc_names):
         fw = med(summary, l, "freeway", "instr_per_op")
         mi = med(summary, l, "mimalloc", "instr_per_op")
         row.append(fmt_ratio(ratio(fw, mi)))
+        if vs_newest:
+            row.append(fmt_ratio(ratio(fw, med(summary, l, NEWEST_MIMALLOC, "instr_per_op"))))
         rows.append(row)
     lines.append("**Instructions per step** (callgrind, (I(2N) - I(N)) / N):")
     lines.append("")
@@ -1067,11 +1132,16 @@ def report_fastpath(exp, labels, summary, alloc_names):
     lines.append("")
     goals = []
     for l, limit in FASTPATH_GOALS:
-        r = ratio(med(summary, l, "freeway", "instr_per_op"), med(summary, l, "mimalloc", "instr_per_op"))
-        goals.append([l, "<= %.2fx" % limit, fmt_ratio(r), "-" if r is None else ("met" if r <= limit else "NOT met")])
-    lines.append("freeway's goals against mimalloc:")
+        row = [l, "<= %.2fx" % limit]
+        for m in ["mimalloc"] + ([NEWEST_MIMALLOC] if vs_newest else []):
+            r = ratio(med(summary, l, "freeway", "instr_per_op"), med(summary, l, m, "instr_per_op"))
+            row += [fmt_ratio(r), "-" if r is None else ("met" if r <= limit else "NOT met")]
+        goals.append(row)
+    lines.append("freeway's goals against mimalloc (Debian's) and, where it ran, the newest mimalloc (%s):"
+                 % NEWEST_MIMALLOC)
     lines.append("")
-    lines.append(md_table(["case", "goal", "freeway / mimalloc", "status"], goals))
+    lines.append(md_table(["case", "goal", "freeway / mimalloc", "status"] + (
+        ["freeway / " + NEWEST_MIMALLOC, "status"] if vs_newest else []), goals))
     lines.append("")
     return lines
 
@@ -1081,7 +1151,36 @@ FASTPATH_GOALS = [("pair 64B", 0.45), ("ring 64B", 0.75), ("ring 1KiB", 0.75)]
 
 
 COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green", "tcmalloc": "tab:red",
-           "mimalloc": "tab:purple", "tbb": "tab:brown"}
+           "mimalloc": "tab:purple", "tbb": "tab:brown", "mimalloc3": "tab:pink", "mimalloc2": "tab:gray",
+           "snmalloc": "tab:olive", "rpmalloc": "tab:cyan"}
+
+
+def geomean(values):
+    v = [x for x in values if x is not None and x > 0]
+    return (math.exp(sum(math.log(x) for x in v) / len(v)), len(v)) if v else (None, 0)
+
+
+def ratio_summary(per_exp):
+    """The report's summary: per experiment, and over every row of every
+    experiment, geometric means of freeway's primary metric over the newest
+    mimalloc's, the best other allocator's and Debian's mimalloc's.
+    per_exp: [(experiment, {"newest": [...], "best": [...], "mimalloc": [...]})]."""
+    def cell(v):
+        g, n = geomean(v)
+        return "-" if g is None else "%.3f (%d)" % (g, n)
+    rows = [[e.name, e.metric] + [cell(r[k]) for k in ("newest", "best", "mimalloc")] for e, r in per_exp]
+    pooled = {k: [x for _, r in per_exp for x in r[k]] for k in ("newest", "best", "mimalloc")}
+    rows.append(["**all experiments**", ""] + ["**%s**" % cell(pooled[k]) for k in ("newest", "best", "mimalloc")])
+    g, n = geomean(pooled["newest"])
+    lines = ["## Summary: freeway against the newest mimalloc", ""]
+    if g is not None:
+        lines += ["Geometric mean of freeway / %s over the %d rows where both ran: **%.3f** (below 1: freeway "
+                  "takes less time, or memory, or instructions)." % (NEWEST_MIMALLOC, n, g), ""]
+    lines += ["Geometric means of freeway's ratio to each allocator, on each experiment's primary metric (lower "
+              "is better; the number of rows in brackets). 'best peer' is the best other allocator of each row.",
+              "", md_table(["experiment", "metric", "freeway / " + NEWEST_MIMALLOC, "freeway / best peer",
+                            "freeway / mimalloc (Debian)"], rows), ""]
+    return lines
 
 
 def make_plots(exp, cases, summary, alloc_names, plots_dir, metric=None, metric_label=None):
@@ -1186,6 +1285,16 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
     md.append(md_table(["allocator", "library", "package", "version", "malloc provided by"],
                        [[a["name"], a["lib"], a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
     md.append("")
+    built = [a for a in allocs_info if a.get("built_from")]
+    if built:
+        md.append("Built from the sources of the crates pinned in `bench/peers/versions.txt` by "
+                  "`bench/peers/build.sh`:")
+        md.append("")
+        for a in built:
+            b = a["built_from"]
+            md.append("- %s: %s %s (sha256 %s...), %s, `%s`" % (a["name"], b["crate"], b["crate_version"],
+                                                            b["crate_sha256"][:12], b["compiler"], b["flags"]))
+        md.append("")
     if notes:
         md.append("Notes:")
         md.append("")
@@ -1195,6 +1304,7 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
     summary_rows = []
     md_sections = []
     index = []
+    ratios = []
     for exp in EXPERIMENTS:
         recs = [r for r in records if r["exp"] == exp.name]
         if not recs:
@@ -1202,6 +1312,14 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         em = exp_meta.get(exp.name, {})
         cases = [Case(**c) for c in em.get("cases", [])]
         summary = summarise(recs, exp)
+        r = {"newest": [], "best": [], "mimalloc": []}
+        for c in cases:
+            fw = med(summary, c.label, "freeway", exp.metric)
+            bp = best_peer(summary, c.label, alloc_names, exp.metric)
+            r["newest"].append(ratio(fw, med(summary, c.label, NEWEST_MIMALLOC, exp.metric)))
+            r["best"].append(ratio(fw, bp[1]) if bp else None)
+            r["mimalloc"].append(ratio(fw, med(summary, c.label, "mimalloc", exp.metric)))
+        ratios.append((exp, r))
         for (case, alloc), s in sorted(summary.items()):
             st = s.get(exp.metric) or {}
             summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
@@ -1217,6 +1335,8 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
         for f in extra_plot_files:
             md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
+    if "freeway" in alloc_names:
+        md += ratio_summary(ratios)
     md.append("## Experiments")
     md.append("")
     md += index
@@ -1273,8 +1393,13 @@ def main():
             print("  %-12s %s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else ""))
         print("allocators:")
         for n, lib in PEERS:
-            where = "(C library)" if lib is None else (
-                os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
+            if lib == "@peers":
+                peer = peer_build(build_dir, n)
+                where = "%s (%s)" % (rel(peer["path"]), peer.get("upstream_version") or "?") if peer else (
+                    "not built (bench/peers/build.sh)")
+            else:
+                where = "(C library)" if lib is None else (
+                    os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
             print("  %-10s %s" % (n, rel(where)))
         return 0
 
@@ -1283,7 +1408,10 @@ def main():
     for x in only + skip:
         if x not in EXP_BY_NAME:
             ap.error("unknown experiment %r (have: %s)" % (x, ", ".join(EXP_BY_NAME)))
-    wanted_allocs = [x for x in args.alloc.split(",") if x] or ALLOC_NAMES
+    default_allocs = ALLOC_NAMES
+    if os.environ.get("FW_BENCH_NO_PEERS") == "1":
+        default_allocs = [n for n in ALLOC_NAMES if n not in BUILT_PEERS]
+    wanted_allocs = [x for x in args.alloc.split(",") if x] or default_allocs
     for x in wanted_allocs:
         if x not in ALLOC_NAMES:
             ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))
