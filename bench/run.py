@@ -645,8 +645,230 @@ class FastPath(Experiment):
         return [Case("%s %s" % (mode, human_size(size)), [binpath("fastpath"), mode, size]) for mode, size in self.CONFIGS]
 
 
+class BigChurn(Experiment):
+    name = "bigchurn"
+    title = "big blocks allocated, touched and freed over and over by one thread"
+    what = ("One thread keeps 3 slots; an operation frees the block in a random slot and allocates a new "
+            "one of a random size (5-25 MiB, or 1-4 MiB), writing a byte in every page of it. Models a "
+            "program cycling through big buffers (decoders, image or batch processing): the cost is "
+            "mostly what the allocator makes the kernel do. Minor page faults of the timed loop are "
+            "reported beside the time; faults per page touched is near 1 when every block is fresh "
+            "memory and near 0 when blocks are reused.")
+    extra_tables = (("minflt", "minor page faults in the timed loop", "int"),
+                    ("faults_per_page", "minor faults per page touched", "f2"),
+                    ("sys_ms", "system CPU time (ms)", "f1"))
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for lo, hi, ops in ((5 << 20, 25 << 20, 3000), (1 << 20, 4 << 20, 20000)):
+            n = scaled(ops, scale)
+            out.append(Case("%s-%s x %s" % (human_size(lo), human_size(hi), human_count(n)),
+                            [binpath("bigchurn"), "--ops", n, "--min", lo, "--max", hi, "--live", 3]))
+        return out
+
+
+class ThreadWave(Experiment):
+    name = "threadwave"
+    title = "waves of short-lived threads freeing the previous wave's blocks"
+    what = ("Waves of T threads, started and joined in turn. Each thread replaces random blocks of a "
+            "window of its own (16-256 B mostly, some up to 4 KiB, a few up to 256 KiB) and swaps some "
+            "into a shared array, freeing what it takes out; at its end it leaves a quarter of its window "
+            "there. So every wave frees blocks of threads that have exited. 'waves': a fixed 160k "
+            "operations per wave split over the threads. 'many threads': thousands of waves of 4 "
+            "threads doing 50 operations each (tens of thousands of threads), where thread start and "
+            "exit inside the allocator dominate. Models thread-per-task programs and thread pools that "
+            "are torn down and rebuilt.")
+    extra_tables = (("threads_per_s", "threads started, run and joined per second", "int"),
+                    ("minflt", "minor page faults", "int"))
+    quick_scale = 0.25
+
+    def cases(self, binpath, scale, full):
+        waves = scaled(200, scale)
+        out = []
+        for t in ((2, 4, 8, 16) if full else (2, 8)):
+            out.append(Case("waves: %dT x %d waves x %s ops" % (t, waves, human_count(160000 // t)),
+                            [binpath("threadwave"), "--threads", t, "--waves", waves, "--ops", 160000 // t],
+                            group="waves", x=t))
+        n = scaled(20000, scale)
+        out.append(Case("many threads: %s waves x 4T x 50 ops" % human_count(n),
+                        [binpath("threadwave"), "--threads", 4, "--waves", n, "--ops", 50, "--window", 20],
+                        group="many threads", x=4))
+        return out
+
+
+class XMalloc(Experiment):
+    name = "xmalloc"
+    title = "producers allocate, consumers free, blocks passed in batches"
+    what = ("P producer threads allocate a fixed total of blocks of log-uniform random sizes (8 B-1 KiB, "
+            "or 8 B-16 KiB) and pass them in batches of 64 through one shared queue (mutex and condition "
+            "variables, at most 64 batches) to C consumer threads, which check and free them. Every "
+            "block is freed by another thread than its allocator, in bulk. Models pipelines and "
+            "message-passing servers.")
+    extra_tables = (("mblocks_per_s", "million blocks per second", "f2"),)
+    quick_scale = 0.15
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for top, total in ((1 << 10, 20000000), (16 << 10, 10000000)):
+            n = scaled(total, scale)
+            for p in ((1, 2, 4, 8) if full else (1, 4)):
+                out.append(Case("8B-%s, %dP+%dC x %s" % (human_size(top), p, p, human_count(n)),
+                                [binpath("xmalloc"), "--producers", p, "--consumers", p, "--blocks", n,
+                                 "--min", 8, "--max", top],
+                                group="8B-%s" % human_size(top), x=2 * p))
+        return out
+
+
+class LarsonSized(Experiment):
+    name = "larsonsized"
+    title = "larson in C++: new/new[] and sized delete, frees from other threads"
+    what = ("The larson pattern (T arrays of 1000 live blocks, each of 20 rounds starts T new threads "
+            "and thread i replaces random blocks of array (i + round) mod T) with C++ objects: raw "
+            "storage of 16 B-1 KiB from operator new, released with the sized operator delete(p, size); "
+            "arrays of a class with a destructor (new[]/delete[], the size reaches the allocator through "
+            "the array cookie); fixed-size nodes (new/delete). Compiled with -fsized-deallocation. "
+            "Models C++ servers, where most deletes pass the size.")
+    quick_scale = 0.4
+
+    def cases(self, binpath, scale, full):
+        ops = scaled(200000, scale)
+        return self.sweep(binpath, (1, 2, 4, 8), "{t}T x 20 rounds x " + human_count(ops), "--rounds", 20, "--ops", ops)
+
+
+class AllocTest(Experiment):
+    name = "alloctest"
+    title = "one thread, small-object mix with mixed lifetimes, long run"
+    what = ("One thread, a working set of 4000 slots picked with a skew (slot 4000 u^3), so block "
+            "lifetimes run from about 16 to 12k operations; an operation frees the slot's block and, 3 "
+            "times in 4, allocates a new one: 63 in 64 log-uniform 8-512 B, the rest up to 8 KiB. "
+            "Models the single-threaded core of interpreters and document or graph processing.")
+    extra_tables = (("ns_per_op", "ns per operation", "f1"),)
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(300000000, scale)
+        return [Case("%s ops, 4000 slots" % human_count(n), [binpath("alloctest"), "--ops", n, "--slots", 4000])]
+
+
+class CacheFalseSharing(Experiment):
+    name = "cache"
+    title = "cache-thrash and cache-scratch: false sharing, fixed total work"
+    what = ("The classic false-sharing tests with their proportions: a fixed total of 8 B objects split "
+            "over the threads, each written 40000 times (5000 passes over its bytes) between its "
+            "allocation and its free. thrash: each thread allocates its own objects; scratch: each "
+            "thread first frees an object the main thread allocated for it (objects allocated "
+            "together, so sharing cache lines). With no false sharing the time halves from 1 to 2 "
+            "threads on 2 cores and stays flat beyond; an allocator that hands threads neighbouring "
+            "bytes stays at the 1-thread time or worse. (falseshare is the allocation-heavy variant: "
+            "100 writes per object, fixed work per thread.)")
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        total = scaled(20000, scale)
+        out = []
+        for mode in ("thrash", "scratch"):
+            for t in (1, 2, 4, 8):
+                out.append(Case("cache-%s %dT x %s" % (mode, t, human_count(total // t)),
+                                [binpath("falseshare"), "--mode", mode, "--threads", t, "--iters", total // t,
+                                 "--writes", 40000, "--size", 8],
+                                group="cache-" + mode, x=t))
+        return out
+
+
+class GlibcBench(Experiment):
+    name = "glibcbench"
+    title = "the C library's malloc microbenchmarks: one size at a time, and random sizes per thread"
+    what = ("simple (after bench-malloc-simple): for each size 16, 32, ..., 4096 B, batches of 25, 400 "
+            "and 1600 blocks allocated then freed in order, the same number of pairs for each; on the "
+            "main thread, or on T threads at once each doing the same. thread (after "
+            "bench-malloc-thread): each of T threads does a fixed number of operations on its own "
+            "window of 1024 slots, replacing a random block with one of a log-uniform random size in "
+            "8 B-32 KiB. Time for the whole run; per-size ns per pair for 'simple'.")
+    extra_tables = (("ns_16", "simple: ns per malloc+free of 16 B", "f1"),
+                    ("ns_256", "simple: ns per malloc+free of 256 B", "f1"),
+                    ("ns_4096", "simple: ns per malloc+free of 4 KiB", "f1"),
+                    ("mops_per_s", "thread: million operations per second, all threads", "f1"))
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        pairs = scaled(1000000, scale)
+        out = [Case("simple, main thread, %s pairs/size/count" % human_count(pairs),
+                    [binpath("glibcbench"), "--mode", "simple", "--main", 1, "--pairs", pairs], group="simple")]
+        for t in ((1, 2, 4) if full else (2,)):
+            out.append(Case("simple, %dT, %s pairs/size/count" % (t, human_count(pairs)),
+                            [binpath("glibcbench"), "--mode", "simple", "--threads", t, "--pairs", pairs],
+                            group="simple", x=t))
+        ops = scaled(10000000, scale)
+        for t in (1, 2, 4, 8):
+            out.append(Case("thread, %dT x %s ops, 8B-32KiB" % (t, human_count(ops)),
+                            [binpath("glibcbench"), "--mode", "thread", "--threads", t, "--ops", ops],
+                            group="thread", x=t))
+        return out
+
+
+class RPTest(Experiment):
+    name = "rptest"
+    title = "request/response server: per-request, cached and shared blocks"
+    what = ("T worker threads serve a fixed total of requests. A request allocates 4-40 blocks "
+            "(log-uniform 16 B-16 KiB, 1 in 128 up to 128 KiB), writes their first bytes and gives each "
+            "a lifetime: 60% freed when the request ends (random order), 20% scratch freed at the next "
+            "allocation, 15% kept in the thread's 256-entry cache until evicted by a later request, 5% "
+            "swapped into a 4096-slot cache shared by all workers, whose evicted block, mostly another "
+            "worker's, is freed at once. 2 to 16 threads on 2 cores: thread-per-connection "
+            "oversubscription.")
+    extra_tables = (("krequests_per_s", "thousand requests per second", "f1"),)
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(2000000, scale)
+        return self.sweep(binpath, (2, 4, 8, 16), "{t}T, %s requests" % human_count(n), "--requests", n)
+
+
+class RealCc1(Experiment):
+    name = "cc1"
+    title = "a real program: gcc -O2 compiling a generated C file"
+    what = ("bench/realprog.py writes a C file of N functions (structs, constant tables, loops, "
+            "switches, inline helpers, calls between the functions) and times `gcc -O2 -c` on it; the "
+            "compiler proper (cc1) and the assembler inherit LD_PRELOAD. cc1 keeps much of its data in "
+            "its own garbage-collected pages (mapped directly), the rest (obstacks, vectors, hash tables, "
+            "bitmaps) comes from malloc. Time, CPU and faults are those of gcc and its children; peak "
+            "RSS is the largest of them (ru_maxrss). The object file is the same under every allocator.")
+    extra_tables = (("user_ms", "user CPU time (ms)", "f1"), ("minflt", "minor page faults", "int"))
+    plot = False
+    quick_scale = 0.2
+
+    def cases(self, binpath, scale, full):
+        n = scaled(500, scale)
+        return [Case("gcc -O2 -c, %d functions" % n,
+                     [sys.executable, os.path.join(HERE, "realprog.py"), "cc1", "--functions", n])]
+
+
+class RealSqlite(Experiment):
+    name = "sqlite"
+    title = "a real program: sqlite3 on an in-memory database"
+    what = ("bench/realprog.py runs the sqlite3 shell on an in-memory database with a generated script: "
+            "N rows inserted in one transaction, two indexes, joins with grouping and DISTINCT, a window "
+            "function, group_concat, an update growing a third of the rows' text, deletes, an "
+            "insert-select, more grouping. Every page of the database and every sort or temporary "
+            "b-tree is memory sqlite takes from malloc. Time, CPU, faults and peak RSS of the sqlite3 "
+            "process (from wait4).")
+    extra_tables = (("user_ms", "user CPU time (ms)", "f1"), ("minflt", "minor page faults", "int"))
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(1000000, scale)
+        return [Case("sqlite3 :memory:, %s rows" % human_count(n),
+                     [sys.executable, os.path.join(HERE, "realprog.py"), "sqlite", "--rows", n])]
+
+
 EXPERIMENTS = [Speed(), Frag(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
-               Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath()]
+               Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath(),
+               BigChurn(), ThreadWave(), XMalloc(), LarsonSized(), AllocTest(), CacheFalseSharing(),
+               GlibcBench(), RPTest(), RealCc1(), RealSqlite()]
 EXP_BY_NAME = {e.name: e for e in EXPERIMENTS}
 
 # ---------------------------------------------------------------------------

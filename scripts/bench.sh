@@ -23,9 +23,10 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 log() { echo "bench.sh: $*" >&2; }
 
 # ---- system packages --------------------------------------------------------
-# Toolchain, valgrind (instruction counts) and the peer allocators.
+# Toolchain, valgrind (instruction counts), the peer allocators, and sqlite3
+# for the sqlite experiment (gcc, for cc1, is part of the toolchain).
 APT_PACKAGES="cmake make gcc g++ python3 python3-venv valgrind
-  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2"
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 sqlite3"
 
 install_apt() {
   command -v apt-get >/dev/null 2>&1 || { log "no apt-get: install the peers by hand if missing"; return 0; }
