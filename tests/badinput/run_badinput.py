@@ -133,8 +133,12 @@ class Observed:
         else:
             if lines:
                 said = ' "%s"' % lines[0][9:90]
+            else:
+                before = [l for l in self.lines[:self.misuse_at] if l.startswith("freeway: ")]
+                if before:
+                    said = ', before the misuse: "%s"' % before[0][9:90]
         after = ", after " + self.marks[-1] if self.marks else ""
-        note = " (base unmapped)" if "base-unmapped" in self.notes and kind == "signal" else ""
+        note = " (base unmapped)" if "base-unmapped" in self.notes and self.signalled(signal.SIGSEGV) else ""
         return name + note + said + after
 
 
