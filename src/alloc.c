@@ -303,6 +303,10 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
     return NULL;
   }
   if (size > PTRDIFF_MAX) return fw_enomem();
+  if (!fw_opt(CAUTIOUS)) {
+    fw_page_t *page = fw_ptr_page(p);
+    fw_block_check(fw_ptr_segment(p), page, p, fw_page_block_start(page, p), "realloc of a freed block");
+  }
   size_t usable = fw_usable_size(p);
   /* Keep the block when it fits and would not waste more than half of it. */
   if (size <= usable && size >= usable / 2) {

@@ -20,6 +20,10 @@ FW_HIDDEN size_t fw_usable_size(const void *p);
  * recycled heap struct): routed like any other free. */
 FW_HIDDEN void fw_free_unchecked(fw_block_t *b);
 FW_HIDDEN void *fw_enomem(void);
+/* Stops the process with a report if p is not a live block of page (b: its
+ * block start); freed names what a block found free already means. */
+FW_HIDDEN void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b,
+                              const char *freed);
 
 /* The malloc fast path on a ready heap: pop the free list of the page that
  * direct[size] names. */

@@ -490,6 +490,7 @@ static void overflow(size_t k) {
   fwt_fill(x, n, 5);
   A.free(y);
   addr(x);
+  addr(y);  /* the default mode names the block whose link was damaged */
   misuse("write past the end of a block, into its free neighbour");
   poke(x + n, 0x41, k);
   A.free(x);
