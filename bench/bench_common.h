@@ -69,6 +69,7 @@ typedef struct bench_cpu {
   double wall_ms;
   double user_ms;
   double sys_ms;
+  long long minflt; /* minor page faults: first touches of fresh memory */
 } bench_cpu_t;
 
 static inline double bench_tv_ms(struct timeval tv) {
@@ -83,6 +84,7 @@ static inline bench_cpu_t bench_cpu_now(void) {
   c.wall_ms = bench_now_ms();
   c.user_ms = bench_tv_ms(ru.ru_utime);
   c.sys_ms = bench_tv_ms(ru.ru_stime);
+  c.minflt = (long long)ru.ru_minflt;
   return c;
 }
 
@@ -91,6 +93,7 @@ static inline bench_cpu_t bench_cpu_diff(bench_cpu_t end, bench_cpu_t start) {
   d.wall_ms = end.wall_ms - start.wall_ms;
   d.user_ms = end.user_ms - start.user_ms;
   d.sys_ms = end.sys_ms - start.sys_ms;
+  d.minflt = end.minflt - start.minflt;
   return d;
 }
 
@@ -173,6 +176,20 @@ static inline uint64_t bench_rng_next(bench_rng_t *r) {
 static inline size_t bench_rng_range(bench_rng_t *r, size_t lo, size_t hi) {
   if (hi <= lo) return lo;
   return lo + (size_t)(bench_rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* Log-uniform in [lo, hi] (lo >= 1): every power-of-two range is equally
+ * likely, so small sizes are common and large ones rare but present, as in
+ * the size histograms of real programs. */
+static inline size_t bench_rng_logsize(bench_rng_t *r, size_t lo, size_t hi) {
+  if (hi <= lo) return lo;
+  int lo_bits = 0, hi_bits = 0;
+  while (((size_t)1 << (lo_bits + 1)) <= lo) lo_bits++;
+  while (((size_t)1 << (hi_bits + 1)) <= hi) hi_bits++;
+  int b = (int)bench_rng_range(r, (size_t)lo_bits, (size_t)hi_bits);
+  size_t a = (size_t)1 << b;
+  size_t z = b == hi_bits ? hi : (a << 1) - 1;
+  return bench_rng_range(r, a < lo ? lo : a, z);
 }
 
 /* ---- command line -------------------------------------------------------- */
@@ -281,6 +298,7 @@ static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
   bench_json_num(j, "user_ms", d.user_ms);
   bench_json_num(j, "sys_ms", d.sys_ms);
   bench_json_num(j, "cpu_util", bench_cpu_util(d));
+  bench_json_int(j, "minflt", d.minflt);
 }
 
 static inline void bench_json_end(bench_json_t *j) {

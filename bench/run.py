@@ -39,17 +39,45 @@ REPO = os.path.dirname(HERE)
 # ---------------------------------------------------------------------------
 
 # name -> shared object to preload (None: the C library's own allocator).
-# freeway's comes from the build directory; the others are looked up in the
-# system's library directories.
+# freeway's comes from the build directory; "@peers" ones are built from
+# source by bench/peers/build.sh into BUILD/peers/NAME/ (its peer.json names
+# the library and where it came from); the others are Debian's packages,
+# looked up in the system's library directories.
 PEERS = [
     ("system", None),
     ("freeway", "@build"),
     ("jemalloc", "libjemalloc.so.2"),
     ("tcmalloc", "libtcmalloc_minimal.so.4"),
     ("mimalloc", "libmimalloc.so.2"),
+    ("mimalloc3", "@peers"),
+    ("mimalloc2", "@peers"),
+    ("snmalloc", "@peers"),
+    ("rpmalloc", "@peers"),
     ("tbb", "libtbbmalloc_proxy.so.2"),
 ]
 ALLOC_NAMES = [n for n, _ in PEERS]
+BUILT_PEERS = [n for n, lib in PEERS if lib == "@peers"]
+# freeway's targets are stated against the newest mimalloc release.
+NEWEST_MIMALLOC = "mimalloc3"
+
+
+def peer_build(build_dir, name):
+    """What bench/peers/build.sh recorded for a peer it built (its peer.json
+    plus the library's path), or None when the library is not there."""
+    d = os.path.join(build_dir, "peers", name)
+    try:
+        with open(os.path.join(d, "peer.json")) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    info["path"] = os.path.join(d, info.get("lib", ""))
+    return info if info.get("lib") and os.path.exists(info["path"]) else None
+
+
+def mi_version_number(text):
+    """"3.3.2" -> 30302, mimalloc's mi_version() encoding; None if not x.y.z."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)$", text or "")
+    return int(m.group(1)) * 10000 + int(m.group(2)) * 100 + int(m.group(3)) if m else None
 
 
 def lib_dirs():
@@ -617,8 +645,230 @@ class FastPath(Experiment):
         return [Case("%s %s" % (mode, human_size(size)), [binpath("fastpath"), mode, size]) for mode, size in self.CONFIGS]
 
 
+class BigChurn(Experiment):
+    name = "bigchurn"
+    title = "big blocks allocated, touched and freed over and over by one thread"
+    what = ("One thread keeps 3 slots; an operation frees the block in a random slot and allocates a new "
+            "one of a random size (5-25 MiB, or 1-4 MiB), writing a byte in every page of it. Models a "
+            "program cycling through big buffers (decoders, image or batch processing): the cost is "
+            "mostly what the allocator makes the kernel do. Minor page faults of the timed loop are "
+            "reported beside the time; faults per page touched is near 1 when every block is fresh "
+            "memory and near 0 when blocks are reused.")
+    extra_tables = (("minflt", "minor page faults in the timed loop", "int"),
+                    ("faults_per_page", "minor faults per page touched", "f2"),
+                    ("sys_ms", "system CPU time (ms)", "f1"))
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for lo, hi, ops in ((5 << 20, 25 << 20, 3000), (1 << 20, 4 << 20, 20000)):
+            n = scaled(ops, scale)
+            out.append(Case("%s-%s x %s" % (human_size(lo), human_size(hi), human_count(n)),
+                            [binpath("bigchurn"), "--ops", n, "--min", lo, "--max", hi, "--live", 3]))
+        return out
+
+
+class ThreadWave(Experiment):
+    name = "threadwave"
+    title = "waves of short-lived threads freeing the previous wave's blocks"
+    what = ("Waves of T threads, started and joined in turn. Each thread replaces random blocks of a "
+            "window of its own (16-256 B mostly, some up to 4 KiB, a few up to 256 KiB) and swaps some "
+            "into a shared array, freeing what it takes out; at its end it leaves a quarter of its window "
+            "there. So every wave frees blocks of threads that have exited. 'waves': a fixed 160k "
+            "operations per wave split over the threads. 'many threads': thousands of waves of 4 "
+            "threads doing 50 operations each (tens of thousands of threads), where thread start and "
+            "exit inside the allocator dominate. Models thread-per-task programs and thread pools that "
+            "are torn down and rebuilt.")
+    extra_tables = (("threads_per_s", "threads started, run and joined per second", "int"),
+                    ("minflt", "minor page faults", "int"))
+    quick_scale = 0.25
+
+    def cases(self, binpath, scale, full):
+        waves = scaled(200, scale)
+        out = []
+        for t in ((2, 4, 8, 16) if full else (2, 8)):
+            out.append(Case("waves: %dT x %d waves x %s ops" % (t, waves, human_count(160000 // t)),
+                            [binpath("threadwave"), "--threads", t, "--waves", waves, "--ops", 160000 // t],
+                            group="waves", x=t))
+        n = scaled(20000, scale)
+        out.append(Case("many threads: %s waves x 4T x 50 ops" % human_count(n),
+                        [binpath("threadwave"), "--threads", 4, "--waves", n, "--ops", 50, "--window", 20],
+                        group="many threads", x=4))
+        return out
+
+
+class XMalloc(Experiment):
+    name = "xmalloc"
+    title = "producers allocate, consumers free, blocks passed in batches"
+    what = ("P producer threads allocate a fixed total of blocks of log-uniform random sizes (8 B-1 KiB, "
+            "or 8 B-16 KiB) and pass them in batches of 64 through one shared queue (mutex and condition "
+            "variables, at most 64 batches) to C consumer threads, which check and free them. Every "
+            "block is freed by another thread than its allocator, in bulk. Models pipelines and "
+            "message-passing servers.")
+    extra_tables = (("mblocks_per_s", "million blocks per second", "f2"),)
+    quick_scale = 0.15
+
+    def cases(self, binpath, scale, full):
+        out = []
+        for top, total in ((1 << 10, 20000000), (16 << 10, 10000000)):
+            n = scaled(total, scale)
+            for p in ((1, 2, 4, 8) if full else (1, 4)):
+                out.append(Case("8B-%s, %dP+%dC x %s" % (human_size(top), p, p, human_count(n)),
+                                [binpath("xmalloc"), "--producers", p, "--consumers", p, "--blocks", n,
+                                 "--min", 8, "--max", top],
+                                group="8B-%s" % human_size(top), x=2 * p))
+        return out
+
+
+class LarsonSized(Experiment):
+    name = "larsonsized"
+    title = "larson in C++: new/new[] and sized delete, frees from other threads"
+    what = ("The larson pattern (T arrays of 1000 live blocks, each of 20 rounds starts T new threads "
+            "and thread i replaces random blocks of array (i + round) mod T) with C++ objects: raw "
+            "storage of 16 B-1 KiB from operator new, released with the sized operator delete(p, size); "
+            "arrays of a class with a destructor (new[]/delete[], the size reaches the allocator through "
+            "the array cookie); fixed-size nodes (new/delete). Compiled with -fsized-deallocation. "
+            "Models C++ servers, where most deletes pass the size.")
+    quick_scale = 0.4
+
+    def cases(self, binpath, scale, full):
+        ops = scaled(200000, scale)
+        return self.sweep(binpath, (1, 2, 4, 8), "{t}T x 20 rounds x " + human_count(ops), "--rounds", 20, "--ops", ops)
+
+
+class AllocTest(Experiment):
+    name = "alloctest"
+    title = "one thread, small-object mix with mixed lifetimes, long run"
+    what = ("One thread, a working set of 4000 slots picked with a skew (slot 4000 u^3), so block "
+            "lifetimes run from about 16 to 12k operations; an operation frees the slot's block and, 3 "
+            "times in 4, allocates a new one: 63 in 64 log-uniform 8-512 B, the rest up to 8 KiB. "
+            "Models the single-threaded core of interpreters and document or graph processing.")
+    extra_tables = (("ns_per_op", "ns per operation", "f1"),)
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(300000000, scale)
+        return [Case("%s ops, 4000 slots" % human_count(n), [binpath("alloctest"), "--ops", n, "--slots", 4000])]
+
+
+class CacheFalseSharing(Experiment):
+    name = "cache"
+    title = "cache-thrash and cache-scratch: false sharing, fixed total work"
+    what = ("The classic false-sharing tests with their proportions: a fixed total of 8 B objects split "
+            "over the threads, each written 40000 times (5000 passes over its bytes) between its "
+            "allocation and its free. thrash: each thread allocates its own objects; scratch: each "
+            "thread first frees an object the main thread allocated for it (objects allocated "
+            "together, so sharing cache lines). With no false sharing the time halves from 1 to 2 "
+            "threads on 2 cores and stays flat beyond; an allocator that hands threads neighbouring "
+            "bytes stays at the 1-thread time or worse. (falseshare is the allocation-heavy variant: "
+            "100 writes per object, fixed work per thread.)")
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        total = scaled(20000, scale)
+        out = []
+        for mode in ("thrash", "scratch"):
+            for t in (1, 2, 4, 8):
+                out.append(Case("cache-%s %dT x %s" % (mode, t, human_count(total // t)),
+                                [binpath("falseshare"), "--mode", mode, "--threads", t, "--iters", total // t,
+                                 "--writes", 40000, "--size", 8],
+                                group="cache-" + mode, x=t))
+        return out
+
+
+class GlibcBench(Experiment):
+    name = "glibcbench"
+    title = "the C library's malloc microbenchmarks: one size at a time, and random sizes per thread"
+    what = ("simple (after bench-malloc-simple): for each size 16, 32, ..., 4096 B, batches of 25, 400 "
+            "and 1600 blocks allocated then freed in order, the same number of pairs for each; on the "
+            "main thread, or on T threads at once each doing the same. thread (after "
+            "bench-malloc-thread): each of T threads does a fixed number of operations on its own "
+            "window of 1024 slots, replacing a random block with one of a log-uniform random size in "
+            "8 B-32 KiB. Time for the whole run; per-size ns per pair for 'simple'.")
+    extra_tables = (("ns_16", "simple: ns per malloc+free of 16 B", "f1"),
+                    ("ns_256", "simple: ns per malloc+free of 256 B", "f1"),
+                    ("ns_4096", "simple: ns per malloc+free of 4 KiB", "f1"),
+                    ("mops_per_s", "thread: million operations per second, all threads", "f1"))
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        pairs = scaled(1000000, scale)
+        out = [Case("simple, main thread, %s pairs/size/count" % human_count(pairs),
+                    [binpath("glibcbench"), "--mode", "simple", "--main", 1, "--pairs", pairs], group="simple")]
+        for t in ((1, 2, 4) if full else (2,)):
+            out.append(Case("simple, %dT, %s pairs/size/count" % (t, human_count(pairs)),
+                            [binpath("glibcbench"), "--mode", "simple", "--threads", t, "--pairs", pairs],
+                            group="simple", x=t))
+        ops = scaled(10000000, scale)
+        for t in (1, 2, 4, 8):
+            out.append(Case("thread, %dT x %s ops, 8B-32KiB" % (t, human_count(ops)),
+                            [binpath("glibcbench"), "--mode", "thread", "--threads", t, "--ops", ops],
+                            group="thread", x=t))
+        return out
+
+
+class RPTest(Experiment):
+    name = "rptest"
+    title = "request/response server: per-request, cached and shared blocks"
+    what = ("T worker threads serve a fixed total of requests. A request allocates 4-40 blocks "
+            "(log-uniform 16 B-16 KiB, 1 in 128 up to 128 KiB), writes their first bytes and gives each "
+            "a lifetime: 60% freed when the request ends (random order), 20% scratch freed at the next "
+            "allocation, 15% kept in the thread's 256-entry cache until evicted by a later request, 5% "
+            "swapped into a 4096-slot cache shared by all workers, whose evicted block, mostly another "
+            "worker's, is freed at once. 2 to 16 threads on 2 cores: thread-per-connection "
+            "oversubscription.")
+    extra_tables = (("krequests_per_s", "thousand requests per second", "f1"),)
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(2000000, scale)
+        return self.sweep(binpath, (2, 4, 8, 16), "{t}T, %s requests" % human_count(n), "--requests", n)
+
+
+class RealCc1(Experiment):
+    name = "cc1"
+    title = "a real program: gcc -O2 compiling a generated C file"
+    what = ("bench/realprog.py writes a C file of N functions (structs, constant tables, loops, "
+            "switches, inline helpers, calls between the functions) and times `gcc -O2 -c` on it; the "
+            "compiler proper (cc1) and the assembler inherit LD_PRELOAD. cc1 keeps much of its data in "
+            "its own garbage-collected pages (mapped directly), the rest (obstacks, vectors, hash tables, "
+            "bitmaps) comes from malloc. Time, CPU and faults are those of gcc and its children; peak "
+            "RSS is the largest of them (ru_maxrss). The object file is the same under every allocator.")
+    extra_tables = (("user_ms", "user CPU time (ms)", "f1"), ("minflt", "minor page faults", "int"))
+    plot = False
+    quick_scale = 0.2
+
+    def cases(self, binpath, scale, full):
+        n = scaled(500, scale)
+        return [Case("gcc -O2 -c, %d functions" % n,
+                     [sys.executable, os.path.join(HERE, "realprog.py"), "cc1", "--functions", n])]
+
+
+class RealSqlite(Experiment):
+    name = "sqlite"
+    title = "a real program: sqlite3 on an in-memory database"
+    what = ("bench/realprog.py runs the sqlite3 shell on an in-memory database with a generated script: "
+            "N rows inserted in one transaction, two indexes, joins with grouping and DISTINCT, a window "
+            "function, group_concat, an update growing a third of the rows' text, deletes, an "
+            "insert-select, more grouping. Every page of the database and every sort or temporary "
+            "b-tree is memory sqlite takes from malloc. Time, CPU, faults and peak RSS of the sqlite3 "
+            "process (from wait4).")
+    extra_tables = (("user_ms", "user CPU time (ms)", "f1"), ("minflt", "minor page faults", "int"))
+    plot = False
+    quick_scale = 0.1
+
+    def cases(self, binpath, scale, full):
+        n = scaled(1000000, scale)
+        return [Case("sqlite3 :memory:, %s rows" % human_count(n),
+                     [sys.executable, os.path.join(HERE, "realprog.py"), "sqlite", "--rows", n])]
+
+
 EXPERIMENTS = [Speed(), Frag(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
-               Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath()]
+               Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath(),
+               BigChurn(), ThreadWave(), XMalloc(), LarsonSized(), AllocTest(), CacheFalseSharing(),
+               GlibcBench(), RPTest(), RealCc1(), RealSqlite()]
 EXP_BY_NAME = {e.name: e for e in EXPERIMENTS}
 
 # ---------------------------------------------------------------------------
@@ -727,8 +977,16 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
     for name, lib in PEERS:
         if name not in wanted:
             continue
+        peer = None
         if lib is None:
             path = None
+        elif lib == "@peers":
+            peer = peer_build(build_dir, name)
+            if not peer:
+                notes.append("%s: %s not built (scripts/bench.sh builds it with bench/peers/build.sh); skipped"
+                             % (name, rel(os.path.join(build_dir, "peers", name))))
+                continue
+            path = peer["path"]
         elif lib == "@build":
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
@@ -747,6 +1005,14 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         if path and provider.startswith("libc.so"):
             notes.append("%s: LD_PRELOAD did not replace malloc; skipped" % name)
             continue
+        if peer and provider != os.path.basename(path):
+            notes.append("%s: malloc came from %s, not %s; skipped" % (name, provider, os.path.basename(path)))
+            continue
+        want_mi = mi_version_number(peer.get("upstream_version")) if peer and name.startswith("mimalloc") else None
+        if want_mi and r.data.get("mi_version") != want_mi:
+            notes.append("%s: the live mimalloc says version %s, its build %s; skipped"
+                         % (name, r.data.get("mi_version"), peer.get("upstream_version")))
+            continue
         if path:
             pkg, ver = package_version(path)
         else:
@@ -756,10 +1022,17 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         if name == "freeway":
             pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
                 "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
+        built = None
+        if peer:
+            pkg = "crates.io %s %s, built here" % (peer.get("crate", "?"), peer.get("crate_version", "?"))
+            ver = peer.get("upstream_version") or "not stated (crate %s)" % peer.get("crate_version", "?")
+            built = {k: peer.get(k, "") for k in ("crate", "crate_version", "crate_sha256", "flags", "compiler")}
         allocs.append({"name": name, "path": path,
                        "lib": (rel(path) if not os.path.isabs(rel(path)) else os.path.basename(path))
                        if path else "(none: C library)",
                        "package": pkg, "version": ver, "malloc_from": provider})
+        if built:
+            allocs[-1]["built_from"] = built
     return allocs
 
 
@@ -799,7 +1072,9 @@ def callgrind_count(argv, preload, timeout):
     r = run_program(vg + argv, preload=preload, timeout=timeout, want_json=False)
     m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
     if not r.ok or not m:
-        return None, r.error or "no 'Collected' line from callgrind"
+        # The program's own words, not valgrind's summary, say why it stopped.
+        own = [l.strip() for l in r.stderr.splitlines() if l.strip() and not l.startswith("==")]
+        return None, (own[0] + ": " if own else "") + (r.error or "no 'Collected' line from callgrind")
     return int(m.group(1)), ""
 
 
@@ -838,6 +1113,11 @@ def run_fastpath(exp, cases, allocs, full, timeout, progress, records, notes):
             if not ok:
                 progress.note("  fastpath / %s / %s: %s" % (case.label, a["name"], err))
             progress.step("fastpath %s %s" % (case.label, a["name"]))
+    for a in allocs:
+        mine = [r for r in records if r["exp"] == exp.name and r["alloc"] == a["name"]]
+        if mine and not any(r["ok"] for r in mine):
+            notes.append("fastpath: %s failed in every case under valgrind (%s)"
+                         % (a["name"], mine[0]["error"].split(":")[0]))
     l1, _ = callgrind_count(loop_argv + [str(n1)], None, timeout)
     l2, _ = callgrind_count(loop_argv + [str(n2)], None, timeout)
     if l1 is not None and l2 is not None:
@@ -945,7 +1225,9 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         return lines + report_fastpath(exp, labels, summary, alloc_names)
     scols, srows, snote = seed_columns(seeds, exp)
     has_seed = any(c.seed_key in srows for c in cases)
-    header = ["case"] + alloc_names + ["freeway / best peer"] + (["seed: " + c for c in scols] if has_seed else [])
+    vs_newest = NEWEST_MIMALLOC in alloc_names
+    header = ["case"] + alloc_names + ["freeway / best peer"] + (
+        ["freeway / " + NEWEST_MIMALLOC] if vs_newest else []) + (["seed: " + c for c in scols] if has_seed else [])
     rows = []
     for l, case in zip(labels, cases):
         row = [l]
@@ -954,6 +1236,8 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         bp = best_peer(summary, l, alloc_names, exp.metric)
         fw = med(summary, l, "freeway", exp.metric)
         row.append(("%s (%s)" % (fmt_ratio(ratio(fw, bp[1])), bp[0])) if (bp and fw is not None) else "-")
+        if vs_newest:
+            row.append(fmt_ratio(ratio(fw, med(summary, l, NEWEST_MIMALLOC, exp.metric))))
         if has_seed:
             vals = srows.get(case.seed_key, [])
             row += [("%g%%" % v if "CPU" in c else "%g" % v) if i < len(vals) else "" for i, (c, v) in
@@ -1038,7 +1322,8 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
 
 def report_fastpath(exp, labels, summary, alloc_names):
     lines = []
-    header = ["case"] + alloc_names + ["freeway / mimalloc"]
+    vs_newest = NEWEST_MIMALLOC in alloc_names
+    header = ["case"] + alloc_names + ["freeway / mimalloc"] + (["freeway / " + NEWEST_MIMALLOC] if vs_newest else [])
     rows = []
     for l in labels:
         row = [l]
@@ -1048,6 +1333,8 @@ def report_fastpath(exp, labels, summary, alloc_names):
         fw = med(summary, l, "freeway", "instr_per_op")
         mi = med(summary, l, "mimalloc", "instr_per_op")
         row.append(fmt_ratio(ratio(fw, mi)))
+        if vs_newest:
+            row.append(fmt_ratio(ratio(fw, med(summary, l, NEWEST_MIMALLOC, "instr_per_op"))))
         rows.append(row)
     lines.append("**Instructions per step** (callgrind, (I(2N) - I(N)) / N):")
     lines.append("")
@@ -1067,11 +1354,16 @@ def report_fastpath(exp, labels, summary, alloc_names):
     lines.append("")
     goals = []
     for l, limit in FASTPATH_GOALS:
-        r = ratio(med(summary, l, "freeway", "instr_per_op"), med(summary, l, "mimalloc", "instr_per_op"))
-        goals.append([l, "<= %.2fx" % limit, fmt_ratio(r), "-" if r is None else ("met" if r <= limit else "NOT met")])
-    lines.append("freeway's goals against mimalloc:")
+        row = [l, "<= %.2fx" % limit]
+        for m in ["mimalloc"] + ([NEWEST_MIMALLOC] if vs_newest else []):
+            r = ratio(med(summary, l, "freeway", "instr_per_op"), med(summary, l, m, "instr_per_op"))
+            row += [fmt_ratio(r), "-" if r is None else ("met" if r <= limit else "NOT met")]
+        goals.append(row)
+    lines.append("freeway's goals against mimalloc (Debian's) and, where it ran, the newest mimalloc (%s):"
+                 % NEWEST_MIMALLOC)
     lines.append("")
-    lines.append(md_table(["case", "goal", "freeway / mimalloc", "status"], goals))
+    lines.append(md_table(["case", "goal", "freeway / mimalloc", "status"] + (
+        ["freeway / " + NEWEST_MIMALLOC, "status"] if vs_newest else []), goals))
     lines.append("")
     return lines
 
@@ -1081,7 +1373,36 @@ FASTPATH_GOALS = [("pair 64B", 0.45), ("ring 64B", 0.75), ("ring 1KiB", 0.75)]
 
 
 COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green", "tcmalloc": "tab:red",
-           "mimalloc": "tab:purple", "tbb": "tab:brown"}
+           "mimalloc": "tab:purple", "tbb": "tab:brown", "mimalloc3": "tab:pink", "mimalloc2": "tab:gray",
+           "snmalloc": "tab:olive", "rpmalloc": "tab:cyan"}
+
+
+def geomean(values):
+    v = [x for x in values if x is not None and x > 0]
+    return (math.exp(sum(math.log(x) for x in v) / len(v)), len(v)) if v else (None, 0)
+
+
+def ratio_summary(per_exp):
+    """The report's summary: per experiment, and over every row of every
+    experiment, geometric means of freeway's primary metric over the newest
+    mimalloc's, the best other allocator's and Debian's mimalloc's.
+    per_exp: [(experiment, {"newest": [...], "best": [...], "mimalloc": [...]})]."""
+    def cell(v):
+        g, n = geomean(v)
+        return "-" if g is None else "%.3f (%d)" % (g, n)
+    rows = [[e.name, e.metric] + [cell(r[k]) for k in ("newest", "best", "mimalloc")] for e, r in per_exp]
+    pooled = {k: [x for _, r in per_exp for x in r[k]] for k in ("newest", "best", "mimalloc")}
+    rows.append(["**all experiments**", ""] + ["**%s**" % cell(pooled[k]) for k in ("newest", "best", "mimalloc")])
+    g, n = geomean(pooled["newest"])
+    lines = ["## Summary: freeway against the newest mimalloc", ""]
+    if g is not None:
+        lines += ["Geometric mean of freeway / %s over the %d rows where both ran: **%.3f** (below 1: freeway "
+                  "takes less time, or memory, or instructions)." % (NEWEST_MIMALLOC, n, g), ""]
+    lines += ["Geometric means of freeway's ratio to each allocator, on each experiment's primary metric (lower "
+              "is better; the number of rows in brackets). 'best peer' is the best other allocator of each row.",
+              "", md_table(["experiment", "metric", "freeway / " + NEWEST_MIMALLOC, "freeway / best peer",
+                            "freeway / mimalloc (Debian)"], rows), ""]
+    return lines
 
 
 def make_plots(exp, cases, summary, alloc_names, plots_dir, metric=None, metric_label=None):
@@ -1186,6 +1507,16 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
     md.append(md_table(["allocator", "library", "package", "version", "malloc provided by"],
                        [[a["name"], a["lib"], a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
     md.append("")
+    built = [a for a in allocs_info if a.get("built_from")]
+    if built:
+        md.append("Built from the sources of the crates pinned in `bench/peers/versions.txt` by "
+                  "`bench/peers/build.sh`:")
+        md.append("")
+        for a in built:
+            b = a["built_from"]
+            md.append("- %s: %s %s (sha256 %s...), %s, `%s`" % (a["name"], b["crate"], b["crate_version"],
+                                                            b["crate_sha256"][:12], b["compiler"], b["flags"]))
+        md.append("")
     if notes:
         md.append("Notes:")
         md.append("")
@@ -1195,6 +1526,7 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
     summary_rows = []
     md_sections = []
     index = []
+    ratios = []
     for exp in EXPERIMENTS:
         recs = [r for r in records if r["exp"] == exp.name]
         if not recs:
@@ -1202,6 +1534,14 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         em = exp_meta.get(exp.name, {})
         cases = [Case(**c) for c in em.get("cases", [])]
         summary = summarise(recs, exp)
+        r = {"newest": [], "best": [], "mimalloc": []}
+        for c in cases:
+            fw = med(summary, c.label, "freeway", exp.metric)
+            bp = best_peer(summary, c.label, alloc_names, exp.metric)
+            r["newest"].append(ratio(fw, med(summary, c.label, NEWEST_MIMALLOC, exp.metric)))
+            r["best"].append(ratio(fw, bp[1]) if bp else None)
+            r["mimalloc"].append(ratio(fw, med(summary, c.label, "mimalloc", exp.metric)))
+        ratios.append((exp, r))
         for (case, alloc), s in sorted(summary.items()):
             st = s.get(exp.metric) or {}
             summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
@@ -1217,6 +1557,8 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
         for f in extra_plot_files:
             md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
+    if "freeway" in alloc_names:
+        md += ratio_summary(ratios)
     md.append("## Experiments")
     md.append("")
     md += index
@@ -1273,8 +1615,13 @@ def main():
             print("  %-12s %s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else ""))
         print("allocators:")
         for n, lib in PEERS:
-            where = "(C library)" if lib is None else (
-                os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
+            if lib == "@peers":
+                peer = peer_build(build_dir, n)
+                where = "%s (%s)" % (rel(peer["path"]), peer.get("upstream_version") or "?") if peer else (
+                    "not built (bench/peers/build.sh)")
+            else:
+                where = "(C library)" if lib is None else (
+                    os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
             print("  %-10s %s" % (n, rel(where)))
         return 0
 
@@ -1283,7 +1630,10 @@ def main():
     for x in only + skip:
         if x not in EXP_BY_NAME:
             ap.error("unknown experiment %r (have: %s)" % (x, ", ".join(EXP_BY_NAME)))
-    wanted_allocs = [x for x in args.alloc.split(",") if x] or ALLOC_NAMES
+    default_allocs = ALLOC_NAMES
+    if os.environ.get("FW_BENCH_NO_PEERS") == "1":
+        default_allocs = [n for n in ALLOC_NAMES if n not in BUILT_PEERS]
+    wanted_allocs = [x for x in args.alloc.split(",") if x] or default_allocs
     for x in wanted_allocs:
         if x not in ALLOC_NAMES:
             ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs freeway's benchmark suite beside the system allocator, jemalloc,
-# tcmalloc, mimalloc and TBB, all swapped in with LD_PRELOAD over the same
-# benchmark binaries.
+# tcmalloc, mimalloc and TBB (Debian's packages), the newest mimalloc v3 and
+# v2, snmalloc and rpmalloc (built from source by bench/peers/build.sh), all
+# swapped in with LD_PRELOAD over the same benchmark binaries.
 #
 #   scripts/bench.sh                  # install, build, quick pass (a few minutes)
 #   scripts/bench.sh --full           # the seeds' own scale (long)
@@ -11,7 +12,8 @@
 # docs/benchmarks.md). Environment:
 #   BUILD_DIR=build        cmake build directory
 #   FW_BENCH_NO_INSTALL=1  do not install packages (apt, pip)
-#   FW_BENCH_NO_BUILD=1    use the programs already built
+#   FW_BENCH_NO_BUILD=1    use the programs (and peer libraries) already built
+#   FW_BENCH_NO_PEERS=1    neither build nor run the peers built from source
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -21,9 +23,10 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 log() { echo "bench.sh: $*" >&2; }
 
 # ---- system packages --------------------------------------------------------
-# Toolchain, valgrind (instruction counts) and the peer allocators.
+# Toolchain, valgrind (instruction counts), the peer allocators, and sqlite3
+# for the sqlite experiment (gcc, for cc1, is part of the toolchain).
 APT_PACKAGES="cmake make gcc g++ python3 python3-venv valgrind
-  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2"
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 sqlite3"
 
 install_apt() {
   command -v apt-get >/dev/null 2>&1 || { log "no apt-get: install the peers by hand if missing"; return 0; }
@@ -94,6 +97,14 @@ if [ "${FW_BENCH_NO_BUILD:-0}" != 1 ]; then
   fi
 elif [ ! -x "$BUILD_DIR/bench/bench_whoami" ] && [ -x "$BUILD_DIR/bench-only/bench_whoami" ]; then
   EXTRA+=(--bin-dir "$BUILD_DIR/bench-only")
+fi
+
+# ---- peers built from source ----------------------------------------------------
+# Cached in $BUILD_DIR/peers: after the first time this only checks stamps.
+if [ "${FW_BENCH_NO_PEERS:-0}" != 1 ] && [ "${FW_BENCH_NO_BUILD:-0}" != 1 ]; then
+  log "peer allocators (bench/peers/build.sh, $BUILD_DIR/peers)"
+  JOBS=$JOBS bash bench/peers/build.sh "$BUILD_DIR/peers" ||
+    log "bench/peers/build.sh failed: the peers it did not build will be skipped"
 fi
 
 exec "$PY" bench/run.py --build-dir "$BUILD_DIR" "${EXTRA[@]}" "$@"

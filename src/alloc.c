@@ -9,8 +9,11 @@
  *     mappings (FREEWAY_ARENA_RESERVE, 1 GiB by default, doubling every 64
  *     arenas) and cut into 4 MiB chunks tracked by bitmaps (in use, dirty,
  *     marked). A chunk is claimed or released with one atomic operation on a
- *     bitmap word. Segments of more than 64 chunks (blocks over 256 MiB) and
- *     alignments over 4 MiB get a mapping of their own.
+ *     bitmap word. Claims go to dirty (warm) chunks first: a run of several
+ *     chunks to the shortest stretch of free warm chunks that holds it, else
+ *     where it covers the most warm ones. Segments of more than 64 chunks
+ *     (blocks over 256 MiB) and alignments over 4 MiB get a mapping of their
+ *     own.
  *
  *  2. Segments (segment.c). A segment is one or more chunks, aligned to
  *     4 MiB, owned by one thread. Its header holds the descriptors of the
@@ -62,8 +65,9 @@
  *   aligned_alloc, posix_memalign,   fw_heap_malloc_aligned_ex: alignment
  *   memalign, valloc, pvalloc,       <= 16 is every block's; else padded
  *   fw_malloc_aligned, new(align)    inside a page, or a large block placed
- *   realloc, reallocarray            fw_realloc_ex: in place when it fits or
- *                                    a span can grow, else move
+ *   realloc, reallocarray            fw_realloc_ex: in place when it fits, a
+ *                                    span or a big block can grow, or a big
+ *                                    block shrinks; else move
  *   free, cfree, free_sized,         fast.h fw_free_fast: tag compare, push;
  *   free_aligned_sized, delete       miss: free.c fw_free_generic
  *   A thread's first allocation (and any allocation of a thread that has
@@ -85,6 +89,17 @@
  *      their own. A span freed by its thread first waits in the heap's
  *      large-block cache (FREEWAY_LARGE_CACHE MiB) for a request of the same
  *      slice count, which gets it back with the pages it touched in place.
+ *      A block above 2 MiB is its own segment of whole chunks; freed, the
+ *      chunks go back to the arena but stay warm there for ten purge delays,
+ *      and the next big block is placed over them (see arena claims above),
+ *      so a program that fills and frees big buffers over and over writes to
+ *      pages it already has instead of faulting each one in again. The
+ *      arena rather than a per-thread list keeps them because its bitmap
+ *      joins neighbouring freed blocks into one stretch: a list of freed
+ *      segments of fixed sizes fits random sizes badly and, measured on
+ *      5-25 MiB blocks, doubled both the memory touched and the faults.
+ *      realloc grows such a block into the free chunks after it and shrinks
+ *      it by giving its tail chunks back, without copying.
  *
  * FREE
  *   a. same thread and a plain page: the slice descriptor's tag equals the
@@ -103,8 +118,12 @@
  *   d. a page whose last block is freed returns to its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged
- *      (MADV_DONTNEED), so RSS falls after a burst. A thread keeps at most
- *      FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
+ *      (MADV_DONTNEED), so RSS falls after a burst; the chunks of a block
+ *      above 2 MiB, for ten delays (100 ms by default): writing such a block
+ *      again costs thousands of page faults, and a program that works on
+ *      one buffer for longer than a delay before it allocates the next
+ *      would otherwise lose every freed one just before it wanted it. A
+ *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
  *      memory) leaves the memory dirty, so calloc clears it itself.
  *
  * THREADS
@@ -151,10 +170,11 @@ void *fw_enomem(void) {
  * whether the block was never handed out before from a page of zeroed
  * memory, so that calloc need not clear it. Only blocks above FW_DIRECT_MAX
  * can tell: all of their allocations come here (the fast path never pops
- * them), so page->fresh stays exact. With virgin (cautious mode, where
- * every allocation of every size comes here): whether the block was never
- * handed out before in its page's life. */
-static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool *virgin) {
+ * them), so page->fresh stays exact. cautious: the cautious mode's
+ * allocation, where blocks of every size come here, so that page->fresh is
+ * kept for all (check.c tells blocks never handed out by it), and the block
+ * about to be handed out again is checked first. */
+static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool cautious) {
   FW_ASSERT(heap != &fw_heap_empty);
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
   if (fw_unlikely((++heap->slow_count & 63) == 0)) {
@@ -163,7 +183,6 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool 
     if ((heap->slow_count & 4095) == 0) FW_VALIDATE_HEAP(heap);
   }
   if (fresh) *fresh = false;
-  if (virgin) *virgin = true;
   if (size > FW_MEDIUM_MAX) {
     if (size > PTRDIFF_MAX) return fw_enomem();
     void *p = fw_heap_large_malloc(heap, size, 0);
@@ -177,17 +196,17 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool 
     page = fw_heap_page_for(heap, cls);
     if (!page) return fw_enomem();
   }
-  fw_block_t *b = fw_page_pop(page);
-  if ((size > FW_DIRECT_MAX || virgin) && (uint8_t *)b >= page->fresh) {
+  if (cautious) fw_check_pop(page);
+  fw_block_t *b = fw_page_pop_checked(page);
+  FW_ASSERT(b != NULL);
+  if ((size > FW_DIRECT_MAX || cautious) && (uint8_t *)b >= page->fresh) {
     page->fresh = (uint8_t *)b + page->block_size;
     if (fresh) *fresh = page->is_zero;
-  } else if (virgin) {
-    *virgin = false;
   }
   return b;
 }
 
-static void *fw_malloc_plain(fw_heap_t *heap, size_t size) { return fw_malloc_plain_ex(heap, size, NULL, NULL); }
+static void *fw_malloc_plain(fw_heap_t *heap, size_t size) { return fw_malloc_plain_ex(heap, size, NULL, false); }
 
 /* Alignment beyond what the size class gives: over-allocate inside a page
  * (marked FW_PF_ALIGNED so frees find the block start) or place a large
@@ -221,14 +240,13 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
 FW_NOINLINE static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t align) {
   size_t padded = fw_check_padded(size);
   if (!padded) return fw_enomem();
-  bool virgin = true;
   uint8_t *b, *user;
   if (align <= FW_MIN_ALIGN) {
-    b = user = fw_malloc_plain_ex(heap, padded, NULL, &virgin);
+    b = user = fw_malloc_plain_ex(heap, padded, NULL, true);
   } else if (align <= FW_MEDIUM_MAX && padded + align - 1 <= FW_MEDIUM_MAX) {
     /* never the plain block first, as fw_malloc_aligned_plain does: one
      * that came back unused would be a free block with no freed mark */
-    b = fw_malloc_plain_ex(heap, padded + align - 1, NULL, &virgin);
+    b = fw_malloc_plain_ex(heap, padded + align - 1, NULL, true);
     user = b ? (uint8_t *)fw_align_up((uintptr_t)b, align) : NULL;
     if (user != b) {
       fw_page_t *page = fw_ptr_page(b);
@@ -239,13 +257,14 @@ FW_NOINLINE static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t
     b = user = fw_heap_large_malloc(heap, padded, align);
     if (!b) fw_enomem();
   }
-  if (b) fw_check_malloc(fw_ptr_page(b), b, user, size, align, virgin);
+  if (b) fw_check_malloc(fw_ptr_page(b), b, user, size, align);
   return user;
 }
 
 /* realloc in cautious mode: the block must be live and of the malloc
- * family; it stays where it is when its block has room (a large block may
- * grow into the free slices after it) and it does not shrink below half. */
+ * family; it stays where it is when its block has room and it does not
+ * shrink below half, and a large block of this thread grows or shrinks in
+ * place as in the default mode (its trailer moves to the new end). */
 FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t size) {
   fw_page_t *page;
   size_t old = fw_check_realloc(p, &page);
@@ -256,9 +275,11 @@ FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t si
     fw_check_resize(p, size);
     return p;
   }
-  if (size > old && page->kind == FW_KIND_LARGE && p == page->area &&
+  bool grow = padded > room && size > FW_MEDIUM_MAX;
+  bool shrink = padded < room && padded > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE;
+  if ((grow || shrink) && page->kind == FW_KIND_LARGE && p == page->area &&
       atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
-      fw_large_grow(page, padded)) {
+      (grow ? fw_large_grow(page, padded) : fw_large_shrink(page, padded))) {
     fw_check_resize(p, size);
     return p;
   }
@@ -270,15 +291,22 @@ FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t si
 }
 
 void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
+  /* The fast path stops at a list's last block too (its link leads to
+   * fw_list_end, which fails the link check): pop it here, or stop on a
+   * damaged link. Cautious mode's direct[] names only fw_page_empty. */
+  if (size <= FW_DIRECT_MAX) {
+    fw_block_t *b = fw_page_pop_checked(heap->direct[size]);
+    if (b) return b;
+  }
   /* Blocks above the direct table (1 KiB .. 128 KiB): the head page of the
    * class queue, when it has a free block and nothing else is due. */
   if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX) {
     fw_page_t *page = heap->queues[fw_size_class(size)].first;
     uint64_t n = heap->slow_count + 1;
-    if (page && page->free && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
+    if (page && fw_page_has_free(page) && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
         !fw_opt(CAUTIOUS)) {
       heap->slow_count = n;
-      fw_block_t *b = fw_page_pop(page);
+      fw_block_t *b = fw_page_pop_checked(page);
       if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
       return b;
     }
@@ -291,9 +319,9 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
   if (zero && size > FW_DIRECT_MAX && size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
     /* memory fresh from the OS is not cleared again: only the link word */
     bool fresh = false;
-    void *p = fw_malloc_plain_ex(heap, size, &fresh, NULL);
+    void *p = fw_malloc_plain_ex(heap, size, &fresh, false);
     if (p) {
-      if (fresh) ((fw_block_t *)p)->next = NULL;
+      if (fresh) ((fw_block_t *)p)->link = 0;
       else memset(p, 0, size);
     }
     return p;
@@ -338,15 +366,20 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
   }
   if (size > PTRDIFF_MAX) return fw_enomem();
   if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_realloc_cautious(heap, p, size);
+  fw_page_t *page = fw_ptr_page(p);
+  fw_block_check(fw_ptr_segment(p), page, p, fw_page_block_start(page, p), "realloc of a freed block");
   size_t usable = fw_usable_size(p);
   /* Keep the block when it fits and would not waste more than half of it. */
   if (size <= usable && size >= usable / 2) return p;
-  /* A large block of this thread grows into the free slices after it. */
-  if (size > usable && size > FW_MEDIUM_MAX) {
-    fw_page_t *page = fw_ptr_page(p);
+  /* A large block of this thread grows into the free slices or chunks
+   * after it; one in a segment of its own that shrinks but stays above a
+   * span's size gives its tail chunks back instead of being copied. */
+  bool grow = size > usable && size > FW_MEDIUM_MAX;
+  bool shrink = size < usable && size > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE;
+  if (grow || shrink) {
     if (page->kind == FW_KIND_LARGE && p == page->area &&
         atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
-        fw_large_grow(page, size))
+        (grow ? fw_large_grow(page, size) : fw_large_shrink(page, size)))
       return p;
   }
   /* A block that grows by less than double is likely to grow again (a

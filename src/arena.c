@@ -4,10 +4,13 @@
  * (touched and not yet purged) and marked (for the layer above). Claims and
  * releases are single compare-and-swap or fetch-and operations on one bitmap
  * word, so segments come and go without a lock; only adding an arena takes
- * one. A released chunk stays dirty for FREEWAY_PURGE_DELAY ms, so a segment
- * freed and needed again soon costs no page faults; the purge pass then
- * returns it to the OS. A chunk whose purge fails (locked memory) stays
- * dirty: it is never handed out as zeroed memory.
+ * one. A released chunk stays dirty for FREEWAY_PURGE_DELAY ms (the chunks
+ * of a block above 2 MiB for FW_ARENA_LARGE_ROUNDS times that), so a
+ * segment freed and needed again soon costs no page faults; the purge pass
+ * then returns it to the OS. Claims look for dirty chunks first (a run of
+ * them: the best fit among stretches of free dirty chunks). A chunk whose
+ * purge fails (locked memory) stays dirty: it is never handed out as zeroed
+ * memory.
  *
  * The table of arenas grows in blocks of 256 slots from metadata, with no
  * fixed cap below the address space. An arena unmapped because it was idle
@@ -66,46 +69,95 @@ static uint64_t fw_word_valid(uint32_t chunks, size_t w) {
   return fw_mask_low(chunks - first);
 }
 
-/* Claims a run of n free chunks inside one bitmap word, preferring chunks
- * that are still dirty (warm) when n == 1. */
+/* Takes the run of n chunks at bit shift of word w if all of it is free. */
+static bool fw_arena_claim_at(fw_arena_t *a, size_t w, unsigned shift, size_t n, uint32_t *chunk, bool *is_zero) {
+  uint64_t m = fw_mask_low(n) << shift;
+  uint64_t word = atomic_load_explicit(&a->inuse[w], memory_order_relaxed);
+  do {
+    if (word & m) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&a->inuse[w], &word, word | m, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  /* the slot may have been reopened with a smaller arena meanwhile */
+  if (w * 64 + shift + n > fw_arena_chunks(a)) {
+    atomic_fetch_and_explicit(&a->inuse[w], ~m, memory_order_release);
+    return false;
+  }
+  uint64_t was_dirty = atomic_fetch_and_explicit(&a->dirty[w], ~m, memory_order_acq_rel) & m;
+  *chunk = (uint32_t)(w * 64 + shift);
+  *is_zero = was_dirty == 0;
+  /* Clean chunks become committed as they are touched; count them now
+   * so that "committed" stays an upper bound. */
+  fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
+  return true;
+}
+
+/* Where in a word of free chunks to put a run of n: a single chunk on any
+ * warm one; a longer run where it covers the most warm chunks (the first
+ * such place), so that a block fills what a freed one left before it
+ * reaches untouched chunks. -1: no room. */
+static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n) {
+  uint64_t warm = freebits & dirty;
+  if (n == 1) return freebits ? (int)fw_ctz64(warm ? warm : freebits) : -1;
+  uint64_t starts = fw_mask_run_starts(freebits, n);
+  if (!starts) return -1;
+  int best = (int)fw_ctz64(starts);
+  if (!warm) return best;
+  uint64_t mask = fw_mask_low(n);
+  unsigned most = fw_popcount64(warm & (mask << best));
+  for (uint64_t c = starts & (starts - 1); c && most < n; c &= c - 1) {
+    unsigned s = fw_ctz64(c), k = fw_popcount64(warm & (mask << s));
+    if (k > most) most = k, best = (int)s;
+  }
+  return best;
+}
+
+/* Claims a run of n free chunks inside one bitmap word of a (see
+ * fw_arena_place for where). */
 static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_zero) {
   if (atomic_load_explicit(&a->released, memory_order_acquire)) return false;
   uint32_t chunks = fw_arena_chunks(a);
-  uint64_t mask = fw_mask_low(n);
   for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
     uint64_t valid = fw_word_valid(chunks, w);
     if (!valid) break;
-    uint64_t word = atomic_load_explicit(&a->inuse[w], memory_order_relaxed);
-    while (true) {
-      uint64_t freebits = ~word & valid;
-      if (!freebits) break;
-      int shift;
-      if (n == 1) {
-        uint64_t warm = freebits & atomic_load_explicit(&a->dirty[w], memory_order_relaxed);
-        shift = (int)fw_ctz64(warm ? warm : freebits);
-      } else {
-        shift = fw_mask_find_run(freebits, n);
-      }
+    /* a failed claim means another thread took some of those chunks: look
+     * again at what is left */
+    for (;;) {
+      uint64_t freebits = ~atomic_load_explicit(&a->inuse[w], memory_order_relaxed) & valid;
+      int shift = fw_arena_place(freebits, atomic_load_explicit(&a->dirty[w], memory_order_relaxed), n);
       if (shift < 0) break;
-      uint64_t m = mask << shift;
-      if (atomic_compare_exchange_weak_explicit(&a->inuse[w], &word, word | m, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
-        /* the slot may have been reopened with a smaller arena meanwhile */
-        if (w * 64 + (size_t)shift + n > fw_arena_chunks(a)) {
-          atomic_fetch_and_explicit(&a->inuse[w], ~m, memory_order_release);
-          return false;
-        }
-        uint64_t was_dirty = atomic_fetch_and_explicit(&a->dirty[w], ~m, memory_order_acq_rel) & m;
-        *chunk = (uint32_t)(w * 64 + (size_t)shift);
-        *is_zero = was_dirty == 0;
-        /* Clean chunks become committed as they are touched; count them now
-         * so that "committed" stays an upper bound. */
-        fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
-        return true;
-      }
+      if (fw_arena_claim_at(a, w, (unsigned)shift, n, chunk, is_zero)) return true;
+      if (w * 64 + (size_t)shift + n > fw_arena_chunks(a)) return false;
     }
   }
   return false;
+}
+
+/* A run of n > 1 chunks that are all free and warm, anywhere: the shortest
+ * stretch of free warm chunks that holds it (best fit), so that a small
+ * block does not cut into the stretch a bigger one freed, which the next
+ * big request will want whole. */
+static bool fw_arena_claim_warm(size_t n, fw_arena_t **arena, uint32_t *chunk, bool *is_zero) {
+  size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+  fw_arena_t *best = NULL;
+  size_t best_w = 0;
+  unsigned best_s = 0, best_len = 65;
+  for (size_t i = 0; i < count && best_len > n; i++) {
+    fw_arena_t *a = fw_arena_at(i);
+    if (atomic_load_explicit(&a->released, memory_order_acquire)) continue;
+    uint32_t chunks = fw_arena_chunks(a);
+    for (size_t w = 0; w < FW_ARENA_WORDS && best_len > n; w++) {
+      uint64_t warm = ~atomic_load_explicit(&a->inuse[w], memory_order_relaxed) &
+                      atomic_load_explicit(&a->dirty[w], memory_order_relaxed) & fw_word_valid(chunks, w);
+      while (warm) {
+        unsigned s = fw_ctz64(warm), len = fw_mask_run_at(warm, s);
+        if (len >= n && len < best_len) best = a, best_w = w, best_s = s, best_len = len;
+        warm &= ~(fw_mask_low(len) << s);
+      }
+    }
+  }
+  if (!best || !fw_arena_claim_at(best, best_w, best_s, n, chunk, is_zero)) return false;
+  *arena = best;
+  return true;
 }
 
 /* The preferred size of the next arena: the configured reserve, doubled
@@ -173,6 +225,7 @@ static bool fw_arena_add(size_t min_chunks) {
 
 void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero) {
   if (chunks == 0 || chunks > FW_ARENA_MAX_CHUNKS) return NULL;
+  if (chunks > 1 && fw_arena_claim_warm(chunks, arena, chunk, is_zero)) return fw_arena_chunk_addr(*arena, *chunk);
   for (int attempt = 0; attempt < 4; attempt++) {
     size_t epoch = atomic_load_explicit(&fw_arena_epoch, memory_order_acquire);
     size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
@@ -195,6 +248,21 @@ void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *i
     }
   }
   return NULL;
+}
+
+bool fw_arena_extend(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t more) {
+  size_t w = chunk / 64, s = chunk % 64;
+  /* a segment's chunks share one bitmap word */
+  if (more == 0 || s + chunks + more > 64 || chunk + chunks + more > fw_arena_chunks(a)) return false;
+  uint64_t m = fw_mask_low(more) << (s + chunks);
+  uint64_t word = atomic_load_explicit(&a->inuse[w], memory_order_relaxed);
+  do {
+    if (word & m) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&a->inuse[w], &word, word | m, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  uint64_t was_dirty = atomic_fetch_and_explicit(&a->dirty[w], ~m, memory_order_acq_rel) & m;
+  fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
+  return true;
 }
 
 /* Purges the chunks of run [s, s + n) of word w; false if the OS refused. */
@@ -258,18 +326,26 @@ void fw_arena_purge(uint64_t now, bool force) {
   }
 }
 
-void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks, bool purge_now) {
+static void fw_arena_free_ex(fw_arena_t *a, uint32_t chunk, size_t chunks, bool purge_now, unsigned rounds) {
   long delay = fw_opt(PURGE_DELAY);
   size_t w = chunk / 64, s = chunk % 64;
   uint64_t m = fw_mask_low(chunks) << s;
   bool purged = (delay == 0 || purge_now) && fw_arena_purge_run(a, w, s, chunks);
   if (!purged) {
-    uint64_t due = delay < 0 ? UINT64_MAX : fw_os_clock_ms() + (uint64_t)delay;
+    uint64_t due = delay < 0 ? UINT64_MAX : fw_os_clock_ms() + (uint64_t)delay * rounds;
     if (delay == 0 || purge_now) due = UINT64_MAX; /* the purge just failed */
     for (size_t i = 0; i < chunks; i++) atomic_store_explicit(&a->due[chunk + i], due, memory_order_relaxed);
     atomic_fetch_or_explicit(&a->dirty[w], m, memory_order_release);
   }
   atomic_fetch_and_explicit(&a->inuse[w], ~m, memory_order_release);
+}
+
+void fw_arena_free(fw_arena_t *a, uint32_t chunk, size_t chunks, bool purge_now) {
+  fw_arena_free_ex(a, chunk, chunks, purge_now, 1);
+}
+
+void fw_arena_free_large(fw_arena_t *a, uint32_t chunk, size_t chunks) {
+  fw_arena_free_ex(a, chunk, chunks, false, FW_ARENA_LARGE_ROUNDS);
 }
 
 /* ---- marks ----------------------------------------------------------------- */

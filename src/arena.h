@@ -10,8 +10,17 @@
 /* chunks * FW_SEGMENT_SIZE bytes, FW_SEGMENT_SIZE-aligned; *is_zero tells
  * whether the memory is known to read as zero. NULL: no address space. */
 FW_HIDDEN void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero);
-/* purge_now: purge at once instead of after FREEWAY_PURGE_DELAY. */
+/* Claims the more chunks right after [chunk, chunk + chunks), which the
+ * caller holds, if they are free (and in the same bitmap word); false if
+ * not. They may be dirty: nothing says they read as zero. */
+FW_HIDDEN bool fw_arena_extend(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t more);
+/* purge_now: purge at once instead of after FREEWAY_PURGE_DELAY. Any run of
+ * chunks the caller holds may be given back, not only a whole claim. */
 FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool purge_now);
+/* The chunks of a block above 2 MiB: they stay warm for FW_ARENA_LARGE_ROUNDS
+ * purge delays (see fw_segment_large_alloc for why). */
+#define FW_ARENA_LARGE_ROUNDS 10
+FW_HIDDEN void fw_arena_free_large(fw_arena_t *arena, uint32_t chunk, size_t chunks);
 /* The process-wide pass over free dirty chunks whose delay is up (all of
  * them with force); one thread at a time, others skip it. */
 FW_HIDDEN void fw_arena_purge(uint64_t now, bool force);

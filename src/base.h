@@ -27,16 +27,29 @@ FW_INLINE uint64_t fw_mask_low(size_t n) { return n >= 64 ? ~(uint64_t)0 : (((ui
 FW_INLINE unsigned fw_popcount64(uint64_t x) { return (unsigned)__builtin_popcountll(x); }
 FW_INLINE unsigned fw_ctz64(uint64_t x) { return (unsigned)__builtin_ctzll(x); }
 
-/* The first bit of a run of n >= 1 set bits in mask, or -1. Each step
- * x &= x >> k keeps the bits that start a run at least k longer, so a run
- * of n costs O(log n) steps instead of a scan over 64 positions. */
-FW_INLINE int fw_mask_find_run(uint64_t mask, size_t n) {
-  if (n == 0 || n > 64) return -1;
+/* The bits of mask that start a run of n >= 1 set bits (0 for n == 0 or
+ * n > 64). Each step x &= x >> k keeps the bits that start a run at least
+ * k longer, so a run of n costs O(log n) steps instead of a scan over 64
+ * positions. */
+FW_INLINE uint64_t fw_mask_run_starts(uint64_t mask, size_t n) {
+  if (n == 0 || n > 64) return 0;
   uint64_t x = mask;
   size_t have = 1;
   for (; have * 2 <= n && x; have *= 2) x &= x >> have;
   if (have < n) x &= x >> (n - have);
+  return x;
+}
+
+/* The first bit of a run of n >= 1 set bits in mask, or -1. */
+FW_INLINE int fw_mask_find_run(uint64_t mask, size_t n) {
+  uint64_t x = fw_mask_run_starts(mask, n);
   return x ? (int)fw_ctz64(x) : -1;
+}
+
+/* The length of the run of set bits that starts at bit s of x. */
+FW_INLINE unsigned fw_mask_run_at(uint64_t x, unsigned s) {
+  uint64_t rest = ~(x >> s);
+  return rest ? fw_ctz64(rest) : 64 - s;
 }
 
 /* The length of the longest run of set bits in x, in O(log n) steps: double

@@ -551,31 +551,43 @@ size_t fw_check_padded(size_t size) {
   return (size < FW_CHECK_MIN ? FW_CHECK_MIN : size) + sizeof(fw_trailer_t);
 }
 
-void fw_check_malloc(fw_page_t *page, void *block, void *user, size_t size, size_t align, bool fresh) {
+void fw_check_pop(fw_page_t *page) {
+  fw_block_t *head = page->free;
+  if (head == FW_LIST_END) return;
+  fw_blk_t k;
+  memset(&k, 0, sizeof k);
+  fw_blk_at(&k, page, (uint8_t *)head);
+  /* the test fw_page_pop_checked makes, made first so that the damage is
+   * told as what it is here: a write into a freed block */
+  uintptr_t t = head->link * fw_list_key_inv;
+  bool link_bad = FW_LINK_BAD(t) && (fw_block_t *)(t ^ (uintptr_t)head) != FW_LIST_END;
+  if (k.fresh && !link_bad) return;
+  /* handed out and freed before in this page's life: it must still be as
+   * its free left it */
+  fw_blk_read(&k);
+  uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
+  if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
+  const uint8_t *bad = k.fresh ? NULL : fw_pat_find(fill, end, fw_pattern(k.b, FW_FREED));
+  bool marked = k.head == FW_ST_FREED && k.tail == FW_ST_FREED;
+  if (!link_bad && !bad && marked) return;
+  if (!link_bad && !bad && k.head == FW_ST_FREED) fw_fail_underrun_into(&k, "malloc");
+  bool known = k.head == FW_ST_FREED || k.tail == FW_ST_FREED;
+  const uint8_t *user = known ? fw_blk_user(&k) : k.b;
+  char note[200];
+  if (link_bad)
+    fw_snprintf(note, sizeof note, "the freed block's first word (its list link) was overwritten");
+  else if (bad)
+    fw_snprintf(note, sizeof note, "the byte at offset %zu of the freed block was overwritten", (size_t)(bad - user));
+  else
+    fw_snprintf(note, sizeof note, "the freed block's trailer was overwritten");
+  fw_fail_block(FW_UAF, user, "malloc", known ? &k : NULL, note);
+}
+
+void fw_check_malloc(fw_page_t *page, void *block, void *user, size_t size, size_t align) {
   fw_blk_t k;
   memset(&k, 0, sizeof k);
   fw_blk_at(&k, page, block);
-  if (page->kind == FW_KIND_LARGE) {
-    fw_ring_drop(user);
-  } else if (!fresh) {
-    /* handed out and freed before in this page's life: it must still be
-     * as its free left it */
-    fw_blk_read(&k);
-    uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
-    if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
-    const uint8_t *bad = fw_pat_find(fill, end, fw_pattern(k.b, FW_FREED));
-    if (k.head == FW_ST_FREED && k.tail != FW_ST_FREED && !bad) fw_fail_underrun_into(&k, "malloc");
-    if (k.head != FW_ST_FREED || k.tail != FW_ST_FREED || bad) {
-      char note[200];
-      if (bad)
-        fw_snprintf(note, sizeof note, "the byte at offset %zu of the freed block was overwritten",
-                    (size_t)(bad - (const uint8_t *)(k.head == FW_ST_FREED ? fw_blk_user(&k) : k.b)));
-      else
-        fw_snprintf(note, sizeof note, "the freed block's trailer was overwritten");
-      fw_fail_block(FW_UAF, k.head == FW_ST_FREED || k.tail == FW_ST_FREED ? fw_blk_user(&k) : k.b, "malloc",
-                    &k, note);
-    }
-  }
+  if (page->kind == FW_KIND_LARGE) fw_ring_drop(user);
   unsigned form = FW_FORM_MALLOC;
   if (fw_unlikely(fw_form_unknown)) {
     fw_form_unknown = 0;
@@ -783,7 +795,8 @@ void fw_check_init(void) {
     }
   }
   if (!fw_opt(CAUTIOUS)) return;
-  fw_key = fw_os_random() | 1;
+  fw_os_random(&fw_key, sizeof fw_key);
+  fw_key |= 1;
   fw_frames = (size_t)fw_opt(CAUTIOUS_FRAMES);
   if (fw_frames > FW_CHECK_FRAMES) fw_frames = FW_CHECK_FRAMES;
   fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);

@@ -23,12 +23,14 @@ FW_HIDDEN __attribute__((noreturn)) void fw_check_fail(const char *what, const v
 /* The block size a cautious request of size bytes needs (the request, at
  * least 16 bytes, and the trailer); 0 if that does not fit in a size_t. */
 FW_HIDDEN size_t fw_check_padded(size_t size);
+/* Before malloc pops the head of page's free list: a block handed out and
+ * freed before in this page's life is checked for writes made while it was
+ * free (its freed mark and pattern, its list link). */
+FW_HIDDEN void fw_check_pop(fw_page_t *page);
 /* After a cautious allocation: block b of page hands out user for a
- * request of size bytes aligned to align (0: no alignment asked for).
- * fresh: b was never handed out before in its page's life. A reused block
- * is checked for writes made while it was free; then its trailer and
- * canary are written. */
-FW_HIDDEN void fw_check_malloc(fw_page_t *page, void *b, void *user, size_t size, size_t align, bool fresh);
+ * request of size bytes aligned to align (0: no alignment asked for);
+ * writes its trailer and canary. */
+FW_HIDDEN void fw_check_malloc(fw_page_t *page, void *b, void *user, size_t size, size_t align);
 /* operator new: records the form on a block just allocated. */
 FW_HIDDEN void fw_check_set_form(void *p, unsigned form);
 /* Before a free: p must be the user pointer of a live block made with the

@@ -3,7 +3,7 @@
  * never calls out of its translation unit. Design: see alloc.c.
  *
  * malloc fast path: size <= FW_DIRECT_MAX, and the page heap->direct[size]
- * names has a free block. New threads and cautious mode point direct[] at
+ * names has a free block whose link passes its check (page.h). New threads and cautious mode point direct[] at
  * fw_page_empty, so they take the slow path without a test of their own.
  * free fast path: the block's slice descriptor carries this thread's id in
  * its tag, which fw_page_flags_set() keeps only while the page is owned by
@@ -19,8 +19,8 @@
 /* The TLS pointer is read only once the size is known to fit. */
 FW_INLINE void *fw_malloc_fast(size_t size) {
   if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_page_t *page = fw_tls_heap->direct[size];
-    if (fw_likely(page->free != NULL)) return fw_page_pop(page);
+    fw_block_t *b = fw_page_pop_fast(fw_tls_heap->direct[size]);
+    if (fw_likely(b != NULL)) return b;
   }
   return fw_malloc_slow(size, fw_tls_heap);
 }

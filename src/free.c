@@ -12,6 +12,8 @@
 #include "page.h"
 #include "options.h"
 #include "os.h"
+#include "message.h"
+#include "segment.h"
 
 /* Routes a block that has passed any checks to its page's owner. */
 FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
@@ -63,7 +65,36 @@ void fw_free_generic(void *p) {
   fw_page_t *page = fw_ptr_page(p);
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
+  fw_block_check(seg, page, p, b, "double free");
   fw_free_route(seg, page, b);
+}
+
+/* The default mode's checks of a block that reaches a slow path (a remote
+ * free, a full or aligned page, a large block, realloc), made before
+ * anything is written: the segment header must be one of freeway's, the
+ * slot in use, the pointer a block's start (a large block: not free
+ * already). Whether a small block is on a free list already cannot be told
+ * cheaply: a live block keeps the link it had while free until the program
+ * writes its first word; the pop check (page.h) catches the list damage an
+ * immediate double free makes, and cautious mode catches every one. */
+void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {
+  const char *what = NULL;
+  if (seg->cookie != fw_segment_cookie(seg)) what = "free of a pointer freeway did not hand out";
+  else if (fw_page_flags(page) & FW_PF_UNUSED) what = freed;
+  else if (page->kind == FW_KIND_LARGE) {
+    if ((const void *)b != p && !(fw_page_flags(page) & FW_PF_ALIGNED)) what = "free of a pointer inside a block";
+    else if (page->used == 0) what = freed;
+  } else {
+    size_t off = (size_t)((const uint8_t *)b - page->area);
+    if ((const uint8_t *)b < page->area || off % page->block_size != 0 ||
+        off >= (size_t)page->capacity * page->block_size)
+      what = "free of a pointer inside a block";
+  }
+  if (fw_likely(what == NULL)) return;
+  fw_message("%s: address %p, in a page of %zu-byte blocks (class %u) of thread %#lx; aborting\n", what, p,
+             page->block_size, (unsigned)page->cls,
+             (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed));
+  fw_os_abort();
 }
 
 size_t fw_usable_size(const void *p) {

@@ -4,7 +4,7 @@
  * pointer. Cautious mode's checks are hooks called from here. */
 #ifndef FW_FRONT_H
 #define FW_FRONT_H
-#include "types.h"
+#include "page.h"
 
 /* Everything the fast path below does not do. (size, heap): the order the
  * malloc fast path has them in, so that its miss reaches this with a
@@ -23,13 +23,17 @@ FW_HIDDEN size_t fw_usable_size(const void *p);
  * recycled heap struct): routed like any other free. */
 FW_HIDDEN void fw_free_unchecked(fw_block_t *b);
 FW_HIDDEN void *fw_enomem(void);
+/* Stops the process with a report if p is not a live block of page (b: its
+ * block start); freed names what a block found free already means. */
+FW_HIDDEN void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b,
+                              const char *freed);
 
 /* The malloc fast path on a ready heap: pop the free list of the page that
  * direct[size] names. */
 FW_INLINE void *fw_heap_malloc_fast(fw_heap_t *heap, size_t size) {
   if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_page_t *page = heap->direct[size];
-    if (fw_likely(page->free != NULL)) return fw_page_pop(page);
+    fw_block_t *b = fw_page_pop_fast(heap->direct[size]);
+    if (fw_likely(b != NULL)) return b;
   }
   return fw_malloc_generic(size, heap);
 }

@@ -66,8 +66,8 @@ fw_block_t *fw_heap_pool_take_delayed(void) {
     if (!atomic_load_explicit(&h->delayed, memory_order_relaxed)) continue;
     fw_block_t *b = atomic_exchange_explicit(&h->delayed, NULL, memory_order_acquire);
     while (b) {
-      fw_block_t *next = b->next;
-      b->next = all;
+      fw_block_t *next = fw_delayed_next(b);
+      fw_delayed_set_next(b, all);
       all = b;
       b = next;
     }
@@ -173,7 +173,7 @@ void fw_heap_collect_delayed(fw_heap_t *heap) {
   fw_block_t *b = atomic_exchange_explicit(&heap->delayed, NULL, memory_order_acquire);
   uintptr_t me = fw_thread_id();
   while (b) {
-    fw_block_t *next = b->next;
+    fw_block_t *next = fw_delayed_next(b);
     fw_page_t *page = fw_ptr_page(b);
     if (atomic_load_explicit(&fw_ptr_segment(b)->thread_id, memory_order_relaxed) == me)
       fw_heap_free_local(page, b);
@@ -231,7 +231,7 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
   } else {
     fw_block_t *b = atomic_exchange_explicit(&heap->delayed, NULL, memory_order_acquire);
     while (b) {
-      fw_block_t *next = b->next;
+      fw_block_t *next = fw_delayed_next(b);
       fw_page_t *page = fw_ptr_page(b);
       if (atomic_load_explicit(&page->heap, memory_order_relaxed) != heap) fw_page_free_remote(page, b);
       b = next;
@@ -314,9 +314,9 @@ void fw_heap_stats_of(fw_heap_t *heap, fw_heap_stats_t *s) {
 static void fw_page_free_map(const fw_page_t *pg, uint8_t *map, size_t n) {
   memset(map, 0, (n + 7) / 8);
   uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
-  const fw_block_t *lists[2] = {pg->free, (const fw_block_t *)x};
+  const fw_block_t *lists[2] = {pg->free, x ? (const fw_block_t *)x : FW_LIST_END};
   for (int l = 0; l < 2; l++)
-    for (const fw_block_t *b = lists[l]; b; b = b->next) {
+    for (const fw_block_t *b = lists[l]; b != FW_LIST_END; b = fw_block_next(b)) {
       size_t i = (size_t)((const uint8_t *)b - pg->area) / pg->block_size;
       if (i < n) map[i / 8] |= (uint8_t)(1u << (i % 8));
     }
@@ -329,7 +329,7 @@ bool fw_heap_contains_block(const fw_heap_t *heap, const void *p) {
   if (pg->kind == FW_KIND_LARGE) return pg->used > 0;
   size_t i = (size_t)((const uint8_t *)p - pg->area) / pg->block_size;
   if (i >= pg->capacity) return false;
-  for (const fw_block_t *b = pg->free; b; b = b->next)
+  for (const fw_block_t *b = pg->free; b != FW_LIST_END; b = fw_block_next(b))
     if ((const uint8_t *)b == pg->area + i * pg->block_size) return false;
   return true;
 }

@@ -1,6 +1,8 @@
 /* large.c — large blocks (above 128 KiB): each is one LARGE page, in a span
  * segment (up to 2 MiB) or in a segment of its own, held in its heap's full
- * list so that a remote free reaches the heap. See alloc.c for the design. */
+ * list so that a remote free reaches the heap. Freed span pages wait in the
+ * heap's cache below; freed segments of their own wait in the thread's
+ * (segment.c). See alloc.c for the design. */
 #include "large.h"
 #include "segment.h"
 #include "page.h"
@@ -107,6 +109,11 @@ static bool fw_large_cache_clear_after(fw_page_t *page, size_t size) {
 }
 
 bool fw_large_grow(fw_page_t *page, size_t size) {
+  if (fw_page_segment(page)->kind == FW_KIND_LARGE) return fw_segment_large_grow(page, size);
   return fw_segment_span_grow(page, size) ||
          (fw_large_cache_clear_after(page, size) && fw_segment_span_grow(page, size));
+}
+
+bool fw_large_shrink(fw_page_t *page, size_t size) {
+  return fw_page_segment(page)->kind == FW_KIND_LARGE && fw_segment_large_shrink(page, size);
 }

@@ -13,7 +13,11 @@ FW_HIDDEN fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices);
 /* all: every cached page; else those already seen by the previous look */
 FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
 /* realloc in place: the block grows into the free slices after it, cached
- * pages there giving way. */
+ * pages there giving way, or (a segment of its own) into the free chunks
+ * after it. */
 FW_HIDDEN bool fw_large_grow(fw_page_t *page, size_t size);
+/* realloc in place: a block in a segment of its own gives back the chunks
+ * beyond size; false for any other block, or nothing to give. */
+FW_HIDDEN bool fw_large_shrink(fw_page_t *page, size_t size);
 
 #endif

@@ -137,18 +137,6 @@ const char *fw_os_getenv(const char *name) { return getenv(name); }
 
 void fw_os_abort(void) { abort(); }
 
-uint64_t fw_os_random(void) {
-  uint64_t v = 0;
-#ifdef SYS_getrandom
-  if (syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == (long)sizeof v) return v;
-#endif
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  v = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
-  v ^= (uint64_t)(uintptr_t)&v * 0xbf58476d1ce4e5b9ull ^ (uint64_t)(uintptr_t)&fw_os_random;
-  return v ^ (uint64_t)getpid() << 40;
-}
-
 /* ---- call stacks -------------------------------------------------------------- */
 typedef struct {
   uintptr_t *pcs;
@@ -324,4 +312,31 @@ void fw_os_assert_fail(const char *file, int line, const char *cond) {
   buf[n++] = '\n';
   fw_os_write(2, buf, n);
   abort();
+}
+
+void fw_os_random(void *buf, size_t n) {
+  uint8_t *out = buf;
+  size_t got = 0;
+#ifdef SYS_getrandom
+  /* the raw system call: no library call that could allocate, and
+   * GRND_NONBLOCK (1) so that early boot never blocks a malloc */
+  while (got < n) {
+    long r = syscall(SYS_getrandom, out + got, n - got, 1);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+#endif
+  if (got == n) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&ts ^
+               ((uint64_t)(uintptr_t)buf << 17) ^ (uint64_t)getpid();
+  for (size_t i = got; i < n; i++) {
+    /* splitmix64 steps */
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    out[i] = (uint8_t)(z ^ (z >> 31));
+  }
 }

@@ -11,7 +11,11 @@
  * life, read without a call (the free fast path compares it). A new thread
  * may get the pointer of one that has exited. */
 FW_INLINE uintptr_t fw_thread_id(void) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__SEG_FS)
+  /* a plain load through the fs segment (word 0 of the thread block points
+   * to itself): the compiler may fold it into the compare that uses it */
+  return *(const uintptr_t __seg_fs *)0;
+#elif defined(__x86_64__)
   uintptr_t tp;
   __asm__("mov %%fs:0, %0" : "=r"(tp));
   return tp;
@@ -59,16 +63,14 @@ FW_HIDDEN bool fw_os_is_mapped(const void *p);
 /* Milliseconds of a monotonic clock, cheap enough for every page free
  * (a few ms of granularity). */
 FW_HIDDEN uint64_t fw_os_clock_ms(void);
+/* Fills buf with bytes an outsider cannot guess: the kernel's random source,
+ * or, where that is refused, a mix of the clock and address-space layout. */
+FW_HIDDEN void fw_os_random(void *buf, size_t n);
 FW_HIDDEN void fw_os_sleep_ms(unsigned ms);
 /* Writes all of s to fd (2: standard error), ignoring errors. */
 FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
 FW_HIDDEN const char *fw_os_getenv(const char *name);
 FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
-
-/* 64 random bits from the kernel, for per-process secrets; if the kernel
- * gives none, bits mixed from the clock and addresses (not secret, but
- * different from run to run). */
-FW_HIDDEN uint64_t fw_os_random(void);
 
 /* ---- call stacks and faults (cautious mode's reports) ---------------------
  * fw_os_backtrace fills pcs with return addresses of the calling thread's

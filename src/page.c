@@ -14,9 +14,47 @@
 #include "arena.h"
 #include "options.h"
 #include "os.h"
+#include "message.h"
 #include <string.h>
 
-fw_page_t fw_page_empty;
+fw_page_t fw_page_empty = {.free = &fw_list_end};
+
+/* K = 1 until fw_list_init: no list exists before it. */
+uintptr_t fw_list_key = 1, fw_list_key_inv = 1;
+fw_block_t fw_list_end;
+
+void fw_list_init(void) {
+  uintptr_t k = 0;
+  fw_os_random(&k, sizeof k);
+  k |= 1;  /* odd: invertible modulo 2^N */
+  /* Newton's iteration doubles the correct low bits each step: 3 -> 96 */
+  uintptr_t inv = k;
+  for (int i = 0; i < 5; i++) inv *= 2 - k * inv;
+  FW_ASSERT(k * inv == 1);
+  fw_list_key = k;
+  fw_list_key_inv = inv;
+}
+
+void fw_list_corrupt(const fw_page_t *page, const fw_block_t *b, uintptr_t t) {
+  fw_segment_t *seg = fw_page_segment(page);
+  const char *what = t == 0 ? "double free" : "free list corrupted";
+  fw_message("%s: address %p%s, in a page of %zu-byte blocks (class %u) of thread %#lx; "
+             "a freed block was written to or freed twice; aborting\n",
+             what, (const void *)b, t == 0 ? " is its own successor" : "'s link is damaged",
+             page->block_size, (unsigned)page->cls,
+             (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed));
+  fw_os_abort();
+}
+
+fw_block_t *fw_delayed_next(const fw_block_t *b) {
+  fw_block_t *next = (fw_block_t *)(b->link * fw_list_key_inv);
+  if (next && !fw_page_of_pointer(next, 0)) {
+    fw_message("free list corrupted: address %p, on a heap's list of delayed frees, links to %p, "
+               "which is no block of freeway's; aborting\n", (const void *)b, (void *)next);
+    fw_os_abort();
+  }
+  return next;
+}
 
 /* direct[] slots per class: class c serves slots fw_direct_first[c] .. up to
  * the first slot of class c+1. Filled at start-up from fw_size_class(). */
@@ -86,8 +124,8 @@ static void fw_page_extend(fw_page_t *page) {
   if (n > max) n = max;
   uint8_t *start = page->area + (size_t)page->capacity * bs;
   uint8_t *p = start;
-  for (size_t i = 1; i < n; i++, p += bs) ((fw_block_t *)p)->next = (fw_block_t *)(p + bs);
-  ((fw_block_t *)p)->next = page->free;
+  for (size_t i = 1; i < n; i++, p += bs) fw_block_set_next((fw_block_t *)p, (fw_block_t *)(p + bs));
+  fw_block_set_next((fw_block_t *)p, page->free);
   page->free = (fw_block_t *)start;
   page->capacity += (uint32_t)n;
 }
@@ -98,7 +136,7 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->block_size = block_size;
   page->capacity = 0;
   page->reserved = (uint32_t)(span / block_size);
-  page->free = NULL;
+  page->free = FW_LIST_END;
   page->used = 0;
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
@@ -114,10 +152,18 @@ void fw_page_collect(fw_page_t *page) {
   }
   fw_block_t *list = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
   if (!list) return;
+  /* remote frees are checked here, as the owner takes them */
   uint32_t n = 1;
   fw_block_t *tail = list;
-  while (tail->next) { tail = tail->next; n++; }
-  tail->next = page->free;
+  for (;;) {
+    uintptr_t t = tail->link * fw_list_key_inv;
+    fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)tail);
+    if (next == FW_LIST_END) break;
+    if (fw_unlikely(FW_LINK_BAD(t))) fw_list_corrupt(page, tail, t);
+    tail = next;
+    if (fw_unlikely(++n > page->capacity)) fw_list_corrupt(page, tail, 0);  /* a cycle */
+  }
+  fw_block_set_next(tail, page->free);
   page->free = list;
   page->used -= n;
 }
@@ -137,7 +183,7 @@ static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
 void fw_page_to_full(fw_heap_t *heap, fw_page_t *page) {
   while (!fw_page_mark_full(heap, page)) {
     fw_page_collect(page);
-    if (page->free) {
+    if (fw_page_has_free(page)) {
       fw_page_queue_push(heap, &heap->queues[page->cls], page);
       return;
     }
@@ -166,7 +212,7 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
     fw_segment_page_free(heap->tld, page);
     return false;
   }
-  if (page->kind != FW_KIND_LARGE && (page->free || page->capacity < page->reserved)) {
+  if (page->kind != FW_KIND_LARGE && (fw_page_has_free(page) || page->capacity < page->reserved)) {
     fw_page_queue_push(heap, &heap->queues[page->cls], page);
     return true;
   }
@@ -197,11 +243,11 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   fw_page_t *page = q->first;
   while (page) {
     FW_VALIDATE_PAGE(page);
-    if (!page->free) {
+    if (!fw_page_has_free(page)) {
       fw_page_collect(page);
-      if (!page->free && page->capacity < page->reserved) fw_page_extend(page);
+      if (!fw_page_has_free(page) && page->capacity < page->reserved) fw_page_extend(page);
     }
-    if (page->free) {
+    if (fw_page_has_free(page)) {
       if (page != q->first) {
         fw_page_queue_remove(heap, q, page);
         fw_page_queue_push_front(heap, q, page);
@@ -211,7 +257,7 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
     fw_page_t *next = page->next;
     fw_page_queue_remove(heap, q, page);
     fw_page_to_full(heap, page);
-    if (page->free) {  /* a remote free arrived in the meantime */
+    if (fw_page_has_free(page)) {  /* a remote free arrived in the meantime */
       if (q->first != page) {
         fw_page_queue_remove(heap, q, page);
         fw_page_queue_push_front(heap, q, page);
@@ -229,15 +275,23 @@ void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
     if (x & FW_XFREE_DELAYED) {
       fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_acquire);
       if (heap) {
+        /* Only the first free into a full page goes to the heap: it tells
+         * the owner the page has room. Clearing the bit sends the frees
+         * after it to the page's own list, so that the owner's work grows
+         * with the pages that come back, not with the blocks. */
+        if (!atomic_compare_exchange_weak_explicit(&page->xfree, &x, x & ~FW_XFREE_DELAYED,
+                                                   memory_order_acq_rel, memory_order_relaxed))
+          continue;
         fw_block_t *head = atomic_load_explicit(&heap->delayed, memory_order_relaxed);
         do {
-          b->next = head;
+          fw_delayed_set_next(b, head);
         } while (!atomic_compare_exchange_weak_explicit(&heap->delayed, &head, b, memory_order_release,
                                                         memory_order_relaxed));
         return;
       }
     }
-    b->next = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+    fw_block_t *head = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+    fw_block_set_next(b, head ? head : FW_LIST_END);
     if (atomic_compare_exchange_weak_explicit(&page->xfree, &x, (uintptr_t)b | (x & FW_XFREE_DELAYED),
                                               memory_order_release, memory_order_relaxed))
       return;
@@ -297,7 +351,7 @@ void fw_page_validate(const fw_page_t *pg) {
   FW_ASSERT(pg->capacity <= pg->reserved && pg->block_size > 0);
   FW_ASSERT(pg->area + (size_t)pg->reserved * pg->block_size <= (const uint8_t *)seg + FW_SEGMENT_SIZE);
   size_t nfree = 0;
-  for (const fw_block_t *b = pg->free; b; b = b->next) {
+  for (const fw_block_t *b = pg->free; b != FW_LIST_END; b = fw_block_next(b)) {
     size_t off = (size_t)((const uint8_t *)b - pg->area);
     FW_ASSERT((const uint8_t *)b >= pg->area && off % pg->block_size == 0 && off / pg->block_size < pg->capacity);
     FW_ASSERT(++nfree <= pg->capacity);

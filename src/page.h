@@ -3,6 +3,80 @@
 #define FW_PAGE_H
 #include "types.h"
 
+/* ---- free lists -------------------------------------------------------------
+ * Every list of free blocks (a page's local list, its remote list xfree, a
+ * heap's delayed list) links blocks through their first word, encoded so
+ * that memory written by anyone but freeway cannot steer malloc:
+ *
+ *   link(b) = (next ^ b) * K        K: a secret odd number chosen at start-up
+ *
+ * Decoding gives t = next ^ b. For a genuine link of a page's list, next is
+ * another block of the same 4 MiB segment, so t is non-zero, a multiple of 8
+ * and below 4 MiB; FW_LINK_BAD tests all three with one subtract and one
+ * mask. A word written by a use-after-free or an overflow into a free
+ * neighbour decodes to noise (the multiply carries every changed bit into
+ * the high bits) and passes with odds of about 2^-42; an immediate double
+ * free makes a block its own successor (t == 0); a free of a misaligned
+ * pointer makes t misaligned. A list ends at fw_list_end, a block in no
+ * segment, so the end fails the test too: the fast path needs one test for
+ * "empty or damaged", and the slow path tells the two apart
+ * (fw_page_pop_checked). A heap's delayed list spans segments: its links
+ * are next * K, and each block on it is looked up (fw_page_of_pointer)
+ * before it is touched. */
+FW_HIDDEN extern uintptr_t fw_list_key, fw_list_key_inv;
+FW_HIDDEN extern fw_block_t fw_list_end;
+#define FW_LIST_END (&fw_list_end)
+#define FW_LINK_BAD(t) ((((t) - 8) & (~(uintptr_t)FW_SEGMENT_MASK | 7)) != 0)
+/* Chooses the secret; before any page exists. */
+FW_HIDDEN void fw_list_init(void);
+
+FW_INLINE uintptr_t fw_link_encode(const fw_block_t *b, const fw_block_t *next) {
+  return ((uintptr_t)next ^ (uintptr_t)b) * fw_list_key;
+}
+/* The unchecked successor of b on a page list (walks of lists the owner
+ * checks as it pops them). */
+FW_INLINE fw_block_t *fw_block_next(const fw_block_t *b) {
+  return (fw_block_t *)((b->link * fw_list_key_inv) ^ (uintptr_t)b);
+}
+FW_INLINE void fw_block_set_next(fw_block_t *b, fw_block_t *next) { b->link = fw_link_encode(b, next); }
+
+/* The delayed list: links are next * K (NULL ends it); fw_delayed_next
+ * validates the successor before anyone touches it. */
+FW_INLINE void fw_delayed_set_next(fw_block_t *b, fw_block_t *next) { b->link = (uintptr_t)next * fw_list_key; }
+FW_HIDDEN fw_block_t *fw_delayed_next(const fw_block_t *b);
+/* Reports a link that failed its check, then aborts. */
+FW_HIDDEN __attribute__((noreturn)) void fw_list_corrupt(const fw_page_t *page, const fw_block_t *b, uintptr_t t);
+
+/* The fast pop: NULL if the list is empty or its head's link is damaged
+ * (the caller's slow path then calls fw_page_pop_checked). */
+FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
+  fw_block_t *b = page->free;
+  uintptr_t t = b->link * fw_list_key_inv;
+  if (fw_unlikely(FW_LINK_BAD(t))) return NULL;
+  page->used++;
+  page->free = (fw_block_t *)((uintptr_t)b ^ t);
+  return b;
+}
+/* The pop of every other path: NULL only if the list is empty; a damaged
+ * link stops the process. */
+FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {
+  fw_block_t *b = page->free;
+  if (b == FW_LIST_END) return NULL;
+  uintptr_t t = b->link * fw_list_key_inv;
+  fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)b);
+  if (fw_unlikely(FW_LINK_BAD(t)) && next != FW_LIST_END) fw_list_corrupt(page, b, t);
+  page->free = next;
+  page->used++;
+  return b;
+}
+/* Returns true when the page has no live block left. */
+FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
+  b->link = fw_link_encode(b, page->free);
+  page->free = b;
+  return --page->used == 0;
+}
+FW_INLINE bool fw_page_has_free(const fw_page_t *page) { return page->free != FW_LIST_END; }
+
 /* A page with no free block and no class: what direct[] names when a class
  * has no page, so that the fast path needs no test of its own. */
 FW_HIDDEN extern fw_page_t fw_page_empty;

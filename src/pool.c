@@ -4,12 +4,40 @@
  * Layout of a pool
  * ----------------
  * Memory comes in slabs obtained from the allocator itself with
- * fw_malloc_aligned(slab_size, slab_size): 64 KiB (up to 1 MiB for large
- * objects), aligned to their size so that masking an object's address finds
- * the slab header (pool_slab_of). Objects are carved from the current slab by
- * bumping a pointer, a batch at a time, and are never returned to a slab
- * individually: a free object lives on a free list whose link is the object's
- * first word. fw_pool_destroy releases every slab at once.
+ * fw_malloc_aligned(slab_size, 64 KiB): whole 64 KiB chunks with room for at
+ * least 8 objects, from 64 KiB to 1 MiB. No more alignment than 64 KiB is
+ * asked for, so that slabs share the allocator's medium pages and spans: a
+ * slab of 128 KiB or more aligned to its own size would get a 4 MiB segment
+ * of its own. Objects are carved from the current slab by bumping a pointer,
+ * a batch at a time, and are never returned to a slab individually: a free
+ * object lives on a free list whose link is the object's first word.
+ * fw_pool_destroy releases every slab at once (each slab has a descriptor on
+ * the pool's list, allocated apart from it).
+ *
+ * The slab map
+ * ------------
+ * The pool an address belongs to is found in a process-wide table indexed by
+ * 64 KiB chunk: a chunk is either wholly one slab's or no slab's, and its
+ * entry holds the slab's pool (64-byte aligned) with the chunk's index in the
+ * slab in the low bits, or 0. Two levels, a leaf per 4 GiB of address space;
+ * a leaf is mapped when the first slab lands in its range and stays. A top
+ * slot without a leaf points at a shared leaf of zeros, so a lookup is two
+ * loads and never faults, whatever the pointer.
+ *
+ * Misuse
+ * ------
+ * Every fw_pool_free checks that its pointer is in one of the pool's slabs:
+ * in the chunk the thread's entry last found to be the pool's (see
+ * fw_pool_free), or else in the map. A chunk of another pool's slab is
+ * reported as an object freed into the wrong pool, a chunk of no slab as a
+ * pointer freeway did not hand out, and an object freed twice in a row by
+ * one thread (it is then the head of the thread's list) as a double free.
+ * In cautious mode every free takes the slow path, and each slab ends with a
+ * bitmap of its live objects: a free must be at an object boundary (else it
+ * is inside a block) whose bit is set (else a double free). An allocation
+ * sets the bit and checks the link it leaves at the head of the list, so a
+ * freed object whose link was overwritten is reported before anyone
+ * follows the link.
  *
  * The three tiers, fastest first
  * ------------------------------
@@ -18,7 +46,7 @@
  *    live pool from a destroyed one that had the same id). An entry holds a
  *    current list of at most `batch` objects plus one spare batch, so it keeps
  *    about cache_limit objects. Alloc pops and free pushes the current list:
- *    no atomics, no locks, one unlikely branch each.
+ *    no atomics, no locks.
  * 2. Shards. When the current list runs dry (or overflows while a spare is
  *    already held), the thread exchanges a whole batch with a shard: a small
  *    spin-locked stack of batch descriptors {head, count}. Pushing or popping
@@ -50,8 +78,9 @@
  * their pools' shards, checking under the registry lock that each pool is
  * still the one the entry was made for. fw_pool_destroy unregisters the pool
  * under the same lock before releasing its memory, so an exiting thread never
- * touches a destroyed pool; objects still cached by other threads are simply
- * forgotten (their entries fail the generation check).
+ * touches a destroyed pool, and clears the chunk of every thread's entry for
+ * it; objects still cached by other threads are simply forgotten (their
+ * entries fail the generation check).
  *
  * Locks, outermost first: pool_reg_lock, a pool's grow_lock, a shard's lock.
  * None of them is held while calling into the allocator, so the allocator's
@@ -68,14 +97,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define POOL_LINE 64
-#define POOL_SLAB_MIN ((size_t)64 << 10)
+#define POOL_CHUNK_SHIFT 16 /* slabs are made of 64 KiB chunks, 64 KiB aligned */
+#define POOL_CHUNK ((size_t)1 << POOL_CHUNK_SHIFT)
+#define POOL_SLAB_MIN POOL_CHUNK
 #define POOL_SLAB_MAX ((size_t)1 << 20)
 #define POOL_SLAB_TARGET 8 /* objects a slab should hold at least */
 #define POOL_MAX_OBJECT ((size_t)256 << 10)
-#define POOL_MAX_ALIGN ((size_t)64 << 10)
+#define POOL_MAX_ALIGN POOL_CHUNK
 #define POOL_MAX_SHARDS 256u
 #define POOL_MAX_CACHE 65536u
 #define POOL_CACHE_BYTES ((size_t)256 << 10) /* default cache budget per thread and pool */
@@ -129,7 +161,7 @@ static inline void pool_unlock(pool_lock_t *l) {
 /* ---- Types ------------------------------------------------------------- */
 typedef struct pool_slab_s {
   struct pool_slab_s *next; /* the pool's slab list, guarded by grow_lock */
-  fw_pool_t *pool;
+  char *base;
 } pool_slab_t;
 
 typedef struct pool_batch_s {
@@ -152,13 +184,14 @@ struct fw_pool_s {
   size_t free_limit; /* batch, or 0 in cautious mode so that every free is checked */
   size_t batch;      /* objects in a full batch: half the cache limit */
   size_t object_size;
+  bool hand_out_slow;  /* zero or cautious: allocations go through pool_hand_out_slow */
   bool zero;
+  bool cautious;       /* FREEWAY_CAUTIOUS=1 when the pool was made */
   size_t alignment;
   size_t slab_size;
   size_t slab_objects;
-  size_t first_offset; /* of the first object in a slab */
+  size_t bitmap_offset; /* cautious mode: of the slab's bitmap of live objects */
   size_t cache_limit;
-  bool cautious;       /* FREEWAY_CAUTIOUS=1 when the pool was made */
 
   /* Growth, guarded by grow_lock. */
   _Alignas(POOL_LINE) pool_lock_t grow_lock;
@@ -187,7 +220,8 @@ typedef struct pool_cache_s {
   void *spare;                /* a batch held in reserve */
   atomic_size_t spare_count;  /* objects on spare */
   atomic_size_t base;
-  uintptr_t pad_;             /* one entry per cache line */
+  uintptr_t chunk;            /* address >> POOL_CHUNK_SHIFT of a chunk of the pool's
+                                 slabs, or UINTPTR_MAX (see fw_pool_free) */
 } pool_cache_t;
 
 /* A thread's registration, for fw_pool_stats, fork and thread exit. */
@@ -240,13 +274,93 @@ static size_t pool_pow2_at_least(size_t n) {
   return p;
 }
 
-static inline pool_slab_t *pool_slab_of(const fw_pool_t *pool, const void *p) {
-  return (pool_slab_t *)((uintptr_t)p & ~(uintptr_t)(pool->slab_size - 1));
+/* ---- The slab map ------------------------------------------------------ */
+#define POOL_LEAF_BITS 16
+#define POOL_LEAF_ENTRIES ((size_t)1 << POOL_LEAF_BITS)
+#if UINTPTR_MAX > 0xffffffffu
+#define POOL_ADDR_BITS 48
+#else
+#define POOL_ADDR_BITS 32
+#endif
+#define POOL_TOP_SHIFT (POOL_CHUNK_SHIFT + POOL_LEAF_BITS)
+#define POOL_TOP_ENTRIES ((size_t)1 << (POOL_ADDR_BITS - POOL_TOP_SHIFT))
+
+_Static_assert(POOL_SLAB_MAX / POOL_CHUNK <= POOL_LINE, "a chunk's index in its slab fits below the pool's alignment");
+
+/* Never written: every top slot starts out pointing here. */
+static _Atomic(uintptr_t) pool_map_zeros[POOL_LEAF_ENTRIES];
+/* Each slot holds its leaf's distance from pool_map_zeros in bytes, so that
+ * the zero-filled array means "no leaf anywhere" without being written. */
+static _Atomic(uintptr_t) pool_map_top[POOL_TOP_ENTRIES];
+
+/* The entry of a's chunk: (uintptr_t)pool | index of the chunk in its slab,
+ * or 0 for memory of no slab (and for addresses beyond the map). */
+static inline uintptr_t pool_map_get(uintptr_t a) {
+  uint64_t top = (uint64_t)a >> POOL_TOP_SHIFT;
+  if (top >= POOL_TOP_ENTRIES)
+    return 0;
+  uintptr_t leaf = (uintptr_t)pool_map_zeros + load_relaxed(&pool_map_top[top]);
+  return load_relaxed(&((_Atomic(uintptr_t) *)leaf)[(a >> POOL_CHUNK_SHIFT) & (POOL_LEAF_ENTRIES - 1)]);
 }
 
-static POOL_COLD __attribute__((noreturn)) void pool_abort(const char *what, const void *p) {
-  char msg[160];
-  int n = snprintf(msg, sizeof msg, "freeway: fw_pool_free: %s (%p)\n", what, p);
+static inline fw_pool_t *pool_entry_pool(uintptr_t e) {
+  return (fw_pool_t *)(e & ~(uintptr_t)(POOL_LINE - 1));
+}
+
+/* The leaf holding a's entry, mapped if create; NULL if there is none. */
+static _Atomic(uintptr_t) *pool_map_leaf(uintptr_t a, bool create) {
+  _Atomic(uintptr_t) *slot = &pool_map_top[(uint64_t)a >> POOL_TOP_SHIFT];
+  uintptr_t off = atomic_load_explicit(slot, memory_order_acquire);
+  if (off == 0) {
+    if (!create)
+      return NULL;
+    size_t bytes = POOL_LEAF_ENTRIES * sizeof(uintptr_t);
+    void *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (leaf == MAP_FAILED)
+      return NULL;
+    uintptr_t mine = (uintptr_t)leaf - (uintptr_t)pool_map_zeros;
+    if (atomic_compare_exchange_strong_explicit(slot, &off, mine, memory_order_acq_rel, memory_order_acquire))
+      off = mine;
+    else
+      munmap(leaf, bytes); /* another slab's registration was first */
+  }
+  return (_Atomic(uintptr_t) *)((uintptr_t)pool_map_zeros + off);
+}
+
+/* Maps the leaves a slab's entries will be in. */
+static bool pool_map_prepare(const char *base, size_t bytes) {
+  uintptr_t a = (uintptr_t)base;
+  if ((uint64_t)(a + bytes - 1) >> POOL_TOP_SHIFT >= POOL_TOP_ENTRIES)
+    return false;
+  for (size_t k = 0; k < bytes >> POOL_CHUNK_SHIFT; k++, a += POOL_CHUNK)
+    if (pool_map_leaf(a, true) == NULL)
+      return false;
+  return true;
+}
+
+/* Enters the chunks of a prepared slab as pool's, or (pool NULL) removes them. */
+static void pool_map_set(const char *base, size_t bytes, const fw_pool_t *pool) {
+  uintptr_t a = (uintptr_t)base;
+  for (uintptr_t k = 0; k < bytes >> POOL_CHUNK_SHIFT; k++, a += POOL_CHUNK) {
+    _Atomic(uintptr_t) *leaf = pool_map_leaf(a, false);
+    if (leaf != NULL)
+      store_relaxed(&leaf[(a >> POOL_CHUNK_SHIFT) & (POOL_LEAF_ENTRIES - 1)], pool ? (uintptr_t)pool | k : 0);
+  }
+}
+
+/* ---- Misuse reports ---------------------------------------------------- */
+/* One message, written at once, then abort. owner: the pool the object
+ * belongs to, when that is not the pool it was freed into. */
+static POOL_COLD __attribute__((noreturn)) void pool_report(const fw_pool_t *pool, const char *what,
+                                                            const void *p, const fw_pool_t *owner) {
+  char msg[320];
+  int n = snprintf(msg, sizeof msg, "freeway: %s%s: address %p, pool %p (%zu-byte objects)",
+                   pool->cautious ? "cautious mode: " : "", what, p, (const void *)pool, pool->object_size);
+  if (n > 0 && owner != NULL && (size_t)n < sizeof msg)
+    n += snprintf(msg + n, sizeof msg - (size_t)n, ", object of pool %p (%zu-byte objects)",
+                  (const void *)owner, owner->object_size);
+  if (n > 0 && (size_t)n < sizeof msg)
+    n += snprintf(msg + n, sizeof msg - (size_t)n, "%s", pool->cautious ? "\nfreeway: aborting\n" : "; aborting\n");
   if (n > 0) {
     ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     (void)w;
@@ -254,16 +368,63 @@ static POOL_COLD __attribute__((noreturn)) void pool_abort(const char *what, con
   abort();
 }
 
-/* Cautious mode: p must be an object boundary inside one of the pool's slabs
- * (found by masking, so a wild pointer may fault instead of being reported). */
-static void pool_check_owner(const fw_pool_t *pool, const void *p) {
-  const pool_slab_t *slab = pool_slab_of(pool, p);
-  if (slab->pool != pool)
-    pool_abort("pointer does not belong to this pool", p);
-  size_t off = (size_t)((const char *)p - (const char *)slab);
-  if (off < pool->first_offset || (off - pool->first_offset) % pool->object_size != 0 ||
-      (off - pool->first_offset) / pool->object_size >= pool->slab_objects)
-    pool_abort("pointer is not the start of an object", p);
+/* Cautious mode: the slab's bitmap word and bit of the object at p, whose
+ * map entry is e (p's pool's); false if p is not the start of an object. */
+static bool pool_object_bit(const fw_pool_t *pool, const void *p, uintptr_t e, atomic_uintptr_t **word,
+                            uintptr_t *bit) {
+  uintptr_t a = (uintptr_t)p;
+  char *base = (char *)((a & ~(uintptr_t)(POOL_CHUNK - 1)) - (e & (POOL_LINE - 1)) * POOL_CHUNK);
+  size_t off = (size_t)(a - (uintptr_t)base), i = off / pool->object_size;
+  if (off % pool->object_size != 0 || i >= pool->slab_objects)
+    return false;
+  size_t bits = sizeof(uintptr_t) * 8;
+  *word = (atomic_uintptr_t *)(base + pool->bitmap_offset) + i / bits;
+  *bit = (uintptr_t)1 << (i % bits);
+  return true;
+}
+
+/* Every free: p must be in a slab of this pool; in cautious mode, also an
+ * object that is live (its bit is cleared here). */
+static void pool_check_free(const fw_pool_t *pool, const void *p) {
+  uintptr_t e = pool_map_get((uintptr_t)p);
+  fw_pool_t *owner = pool_entry_pool(e);
+  if (pool_unlikely(owner != pool)) {
+    if (owner == NULL)
+      pool_report(pool, "free of a pointer freeway did not hand out", p, NULL);
+    pool_report(pool, "object freed into the wrong pool", p, owner);
+  }
+  if (!pool->cautious)
+    return;
+  atomic_uintptr_t *word;
+  uintptr_t bit;
+  if (!pool_object_bit(pool, p, e, &word, &bit)) {
+    size_t off = (size_t)((uintptr_t)p & (POOL_CHUNK - 1)) + (e & (POOL_LINE - 1)) * POOL_CHUNK;
+    pool_report(pool,
+                off < pool->slab_objects * pool->object_size ? "free of a pointer inside a block"
+                                                             : "free of a pointer freeway did not hand out",
+                p, NULL);
+  }
+  if (!(atomic_fetch_and_explicit(word, ~bit, memory_order_relaxed) & bit))
+    pool_report(pool, "double free", p, NULL);
+}
+
+/* Cautious mode: p, about to be handed out, must be a free object of this
+ * pool (it becomes live), and next, the link it leaves at the head of a
+ * list, NULL or another free object: else a freed object's link was
+ * overwritten, and is caught before anyone follows it. */
+static void pool_check_hand_out(const fw_pool_t *pool, void *p, const void *next) {
+  atomic_uintptr_t *word;
+  uintptr_t bit;
+  uintptr_t e = pool_map_get((uintptr_t)p);
+  if (pool_entry_pool(e) != pool || !pool_object_bit(pool, p, e, &word, &bit) ||
+      (atomic_fetch_or_explicit(word, bit, memory_order_relaxed) & bit))
+    pool_report(pool, "write to a freed block", p, NULL);
+  if (next == NULL)
+    return;
+  e = pool_map_get((uintptr_t)next);
+  if (pool_entry_pool(e) != pool || !pool_object_bit(pool, next, e, &word, &bit) ||
+      (atomic_load_explicit(word, memory_order_relaxed) & bit))
+    pool_report(pool, "write to a freed block", p, NULL);
 }
 
 static void pool_peak_raise(fw_pool_t *pool, intptr_t v) {
@@ -360,8 +521,37 @@ static bool pool_shard_pop(pool_shard_t *s, pool_batch_t *out) {
 }
 
 /* ---- Slabs ------------------------------------------------------------- */
+/* A slab and its descriptor, ready to be entered in the slab map. */
+static pool_slab_t *pool_slab_new(fw_pool_t *pool) {
+  pool_slab_t *slab = fw_malloc(sizeof *slab);
+  if (slab == NULL)
+    return NULL;
+  slab->base = fw_malloc_aligned(pool->slab_size, POOL_CHUNK);
+  if (slab->base == NULL) {
+    fw_free(slab);
+    return NULL;
+  }
+  if (pool->cautious) /* no object is live yet */
+    memset(slab->base + pool->bitmap_offset, 0, pool->slab_size - pool->bitmap_offset);
+  if (!pool_map_prepare(slab->base, pool->slab_size)) {
+    fw_free_aligned_sized(slab->base, POOL_CHUNK, pool->slab_size);
+    fw_free(slab);
+    return NULL;
+  }
+  return slab;
+}
+
+static void pool_slab_delete(fw_pool_t *pool, pool_slab_t *slab, bool entered) {
+  if (entered)
+    pool_map_set(slab->base, pool->slab_size, NULL);
+  fw_free_aligned_sized(slab->base, POOL_CHUNK, pool->slab_size);
+  fw_free(slab);
+}
+
 /* Carves up to `want` objects from the current slab, taking a new slab when
- * it is used up. The slab is obtained outside the grow lock. */
+ * it is used up. The slab is obtained outside the grow lock, and entered in
+ * the slab map only when it is the pool's: a chunk, once found in the map,
+ * stays the pool's until the pool is destroyed (see fw_pool_free). */
 static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool_slab_t *fresh = NULL;
   char *start;
@@ -369,17 +559,17 @@ static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool_lock(&pool->grow_lock);
   while (pool->bump_left == 0) {
     if (fresh != NULL) {
+      pool_map_set(fresh->base, pool->slab_size, pool);
       fresh->next = pool->slabs;
-      fresh->pool = pool;
       pool->slabs = fresh;
       store_relaxed(&pool->nslabs, load_relaxed(&pool->nslabs) + 1);
-      pool->bump = (char *)fresh + pool->first_offset;
+      pool->bump = fresh->base;
       pool->bump_left = pool->slab_objects;
       fresh = NULL;
       break;
     }
     pool_unlock(&pool->grow_lock);
-    fresh = fw_malloc_aligned(pool->slab_size, pool->slab_size);
+    fresh = pool_slab_new(pool);
     if (fresh == NULL)
       return false;
     pool_lock(&pool->grow_lock);
@@ -390,7 +580,7 @@ static bool pool_carve(fw_pool_t *pool, size_t want, pool_batch_t *out) {
   pool->bump_left -= n;
   pool_unlock(&pool->grow_lock);
   if (fresh != NULL) /* another thread added a slab while we obtained ours */
-    fw_free_aligned_sized(fresh, pool->slab_size, pool->slab_size);
+    pool_slab_delete(pool, fresh, false);
 
   size_t size = pool->object_size;
   char *p = start;
@@ -473,6 +663,8 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
   if (grown == NULL)
     return false;
   memset(grown, 0, cap * sizeof *grown);
+  for (uint32_t id = 0; id < cap; id++)
+    grown[id].chunk = UINTPTR_MAX;
   pool_cache_t *old = t->caches;
   pthread_mutex_lock(&pool_reg_lock);
   if (t->cap)
@@ -500,6 +692,7 @@ static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
   if (load_relaxed(&c->gen) != pool->gen) {
     /* Unused, or left by a destroyed pool: its objects are gone with it. */
     c->head = c->spare = NULL;
+    c->chunk = UINTPTR_MAX;
     store_relaxed(&c->count, 0);
     store_relaxed(&c->spare_count, 0);
     pool_cache_rebase(c);
@@ -551,9 +744,19 @@ static void pool_thread_exit(void *arg) {
 }
 
 /* ---- Allocation and free ----------------------------------------------- */
-static inline void *pool_hand_out(const fw_pool_t *pool, void *p) {
+/* Zeroing and cautious mode's checks; next: the link p left at the head of
+ * a list (see pool_check_hand_out). */
+static __attribute__((noinline)) void *pool_hand_out_slow(const fw_pool_t *pool, void *p, const void *next) {
+  if (pool->cautious)
+    pool_check_hand_out(pool, p, next);
   if (pool->zero)
     memset(p, 0, pool->object_size);
+  return p;
+}
+
+static inline void *pool_hand_out(const fw_pool_t *pool, void *p, const void *next) {
+  if (pool_unlikely(pool->hand_out_slow))
+    return pool_hand_out_slow(pool, p, next);
   return p;
 }
 
@@ -581,12 +784,12 @@ static void *pool_alloc_direct(fw_pool_t *pool) {
     errno = ENOMEM;
     return NULL;
   }
-  void *p = b.head;
+  void *p = b.head, *next = *pool_link(p);
   if (b.count > 1)
-    pool_shard_push(&pool->shards[home & pool->shard_mask], *pool_link(p), b.count - 1, true);
+    pool_shard_push(&pool->shards[home & pool->shard_mask], next, b.count - 1, true);
   intptr_t before = atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
   pool_peak_raise(pool, before + 1);
-  return pool_hand_out(pool, p);
+  return pool_hand_out(pool, p, b.count > 1 ? next : NULL);
 }
 
 static void pool_free_direct(fw_pool_t *pool, void *p) {
@@ -618,31 +821,24 @@ static POOL_COLD void *pool_alloc_slow(fw_pool_t *pool) {
     }
     pool_cache_rebase(c);
   }
-  return pool_hand_out(pool, pool_cache_pop(c, c->head));
+  void *p = pool_cache_pop(c, c->head);
+  return pool_hand_out(pool, p, c->head);
 }
 
-/* Cautious mode: p is not already among the calling thread's cached objects. */
-static void pool_check_not_cached(const pool_cache_t *c, const void *p) {
-  for (const void *q = c->head; q != NULL; q = *(void *const *)q)
-    if (q == p)
-      pool_abort("object freed twice", p);
-  for (const void *q = c->spare; q != NULL; q = *(void *const *)q)
-    if (q == p)
-      pool_abort("object freed twice", p);
-}
-
-/* The current list is full: it becomes the spare, and a spare already held
- * goes to the home shard. Every free comes here in cautious mode. */
+/* Every free that the fast path did not take: NULL, the checks' failures,
+ * a current list that is full (it becomes the spare, and a spare already
+ * held goes to the home shard), and in cautious mode every free. */
 static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
-  if (pool->cautious)
-    pool_check_owner(pool, p);
+  if (p == NULL)
+    return;
+  pool_check_free(pool, p);
   pool_cache_t *c = pool_cache_attach(pool);
   if (c == NULL) {
     pool_free_direct(pool, p);
     return;
   }
-  if (pool->cautious)
-    pool_check_not_cached(c, p);
+  if (p == c->head || p == c->spare)
+    pool_report(pool, "double free", p, NULL);
   if (load_relaxed(&c->count) >= pool->batch) {
     pool_cache_fold(pool, c);
     if (c->spare != NULL)
@@ -657,29 +853,53 @@ static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
   pool_cache_push(c, p, load_relaxed(&c->count));
 }
 
+/* A free whose object is in another chunk than the entry's: the entry must
+ * be this pool's and the chunk one of its slabs', which the entry then
+ * vouches for. */
+static void pool_free_chunk(fw_pool_t *pool, void *p, pool_cache_t *c, size_t n) {
+  if (pool_likely(load_relaxed(&c->gen) == pool->gen &&
+                  pool_entry_pool(pool_map_get((uintptr_t)p)) == pool)) {
+    c->chunk = (uintptr_t)p >> POOL_CHUNK_SHIFT;
+    pool_cache_push(c, p, n);
+    return;
+  }
+  pool_free_slow(pool, p);
+}
+
 /* Fast path preconditions: the thread has an entry for this pool id, the
- * entry belongs to this pool (generation), and the current list is non-empty
- * (alloc) or below a batch (free). Everything else is the slow path. */
+ * entry belongs to this pool, and the current list is non-empty (alloc) or
+ * below a batch (free). The entry's generation says whom it belongs to; a
+ * free tests its chunk instead: the chunk of the last object freed through
+ * the entry, set only once the generation and the slab map agreed, and
+ * taken back from every thread's entry when the pool is destroyed. So an
+ * object in that chunk is this pool's, freed into an entry of this pool;
+ * the slab map is read only when the chunk changes. A free must also not be
+ * of the list's head (freed just before). Everything else is the slow path,
+ * NULL included. */
 FW_API void *fw_pool_alloc(fw_pool_t *pool) {
   uint32_t id = pool->id;
   if (pool_likely(id < pool_tls.cap)) {
     pool_cache_t *c = &pool_tls.caches[id];
     void *p = c->head;
-    if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen))
-      return pool_hand_out(pool, pool_cache_pop(c, p));
+    if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen)) {
+      pool_cache_pop(c, p);
+      return pool_hand_out(pool, p, c->head);
+    }
   }
   return pool_alloc_slow(pool);
 }
 
 FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
-  if (p == NULL)
-    return;
   uint32_t id = pool->id;
   if (pool_likely(id < pool_tls.cap)) {
     pool_cache_t *c = &pool_tls.caches[id];
     size_t n = load_relaxed(&c->count);
-    if (pool_likely(n < pool->free_limit && load_relaxed(&c->gen) == pool->gen)) {
-      pool_cache_push(c, p, n);
+    if (pool_likely(n < pool->free_limit && p != c->head)) {
+      if (pool_likely((uintptr_t)p >> POOL_CHUNK_SHIFT == c->chunk)) {
+        pool_cache_push(c, p, n);
+        return;
+      }
+      pool_free_chunk(pool, p, c, n);
       return;
     }
   }
@@ -763,13 +983,21 @@ FW_API fw_pool_t *fw_pool_new(size_t object_size, size_t alignment, const fw_poo
     alignment = sizeof(void *);
   size_t size = pool_round_up(object_size, alignment);
 
-  size_t first = pool_round_up(sizeof(pool_slab_t), alignment);
-  size_t slab = POOL_SLAB_MIN;
-  while (slab < POOL_SLAB_MAX && (slab - first) / size < POOL_SLAB_TARGET)
-    slab *= 2;
-  if (slab > fw_max_alignment()) {
-    errno = EINVAL;
-    return NULL;
+  /* Whole chunks, so that no two slabs share one in the slab map. */
+  size_t slab = pool_round_up(POOL_SLAB_TARGET * size, POOL_CHUNK);
+  if (slab < POOL_SLAB_MIN)
+    slab = POOL_SLAB_MIN;
+  if (slab > POOL_SLAB_MAX)
+    slab = POOL_SLAB_MAX;
+  bool cautious = fw_option_get("cautious") > 0;
+  size_t objects = slab / size, bitmap_offset = slab;
+  if (cautious) {
+    size_t bits = sizeof(uintptr_t) * 8;
+    for (;; objects--) {
+      bitmap_offset = pool_round_up(objects * size, sizeof(uintptr_t));
+      if (bitmap_offset + (objects + bits - 1) / bits * sizeof(uintptr_t) <= slab)
+        break;
+    }
   }
 
   size_t limit = opt.cache_limit;
@@ -794,14 +1022,15 @@ FW_API fw_pool_t *fw_pool_new(size_t object_size, size_t alignment, const fw_poo
   memset(pool, 0, sizeof *pool + shards * sizeof(pool_shard_t));
   pool->shard_mask = shards - 1;
   pool->batch = limit / 2;
-  pool->cautious = fw_option_get("cautious") > 0;
-  pool->free_limit = pool->cautious ? 0 : pool->batch;
+  pool->cautious = cautious;
+  pool->free_limit = cautious ? 0 : pool->batch;
   pool->object_size = size;
   pool->zero = opt.zero;
+  pool->hand_out_slow = cautious || opt.zero;
   pool->alignment = alignment;
   pool->slab_size = slab;
-  pool->slab_objects = (slab - first) / size;
-  pool->first_offset = first;
+  pool->slab_objects = objects;
+  pool->bitmap_offset = bitmap_offset;
   pool->cache_limit = limit;
   for (unsigned i = 0; i < shards; i++) {
     pool_shard_t *s = &pool->shards[i];
@@ -830,12 +1059,16 @@ FW_API void fw_pool_destroy(fw_pool_t *pool) {
   pool_reg[pool->id] = NULL;
   if (pool->id < pool_reg_hint)
     pool_reg_hint = pool->id;
+  /* The chunks the threads' entries vouch for go with the pool (fw_pool_free). */
+  for (pool_thread_t *t = pool_threads; t != NULL; t = t->next)
+    if (pool->id < t->cap)
+      t->caches[pool->id].chunk = UINTPTR_MAX;
   pthread_mutex_unlock(&pool_reg_lock);
 
   pool_slab_t *slab = pool->slabs;
   while (slab != NULL) {
     pool_slab_t *next = slab->next;
-    fw_free_aligned_sized(slab, pool->slab_size, pool->slab_size);
+    pool_slab_delete(pool, slab, true);
     slab = next;
   }
   for (uint32_t i = 0; i <= pool->shard_mask; i++)

@@ -179,6 +179,8 @@ static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
     fw_stat_sub(committed, seg->size);
     fw_stat_sub(huge, 1);
     fw_os_unmap(seg, seg->size);
+  } else if (seg->kind == FW_KIND_LARGE && !purge_now) {
+    fw_arena_free_large(seg->arena, seg->chunk, seg->chunks);
   } else {
     fw_arena_free(seg->arena, seg->chunk, seg->chunks, purge_now);
   }
@@ -305,6 +307,25 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
   return &seg->pages[slot * seg->page_slices];
 }
 
+/* ---- LARGE segments ----------------------------------------------------------
+ * A block above 2 MiB gets a segment of its own: whole 4 MiB chunks, the
+ * block right after the header. When it is freed the chunks go back to the
+ * arena, where they stay dirty (warm) for FW_ARENA_LARGE_ROUNDS purge
+ * delays rather than one, and where the next claim of several chunks looks
+ * for warm ones first (arena.c): a program that fills and frees buffers of
+ * a few MiB over and over finds the pages it wrote still there, instead of
+ * faulting every one of them in again (a byte written per 4 KiB page costs
+ * next to nothing; the fault, the kernel's clearing of the page and the
+ * later purge cost a few microseconds each). A freed segment does not wait
+ * with its thread for a request it fits: the arena's bitmap joins
+ * neighbouring free chunks, so a freed 8 MiB block next to a freed 12 MiB
+ * one serves a 20 MiB request, where a list of freed segments could only
+ * hand each back whole or cut down (with 5-25 MiB blocks such a list
+ * touched twice the memory and took twice the faults). The longer hold is
+ * still a purge delay's multiple: RSS falls a fraction of a second after a
+ * burst, and any thread's housekeeping purges the chunks, not only the
+ * freeing thread's. */
+
 /* The block starts at the first align-aligned offset after the header. An
  * alignment of half a segment or more would put that offset at the end of
  * the first chunk: the block then starts exactly one segment after the
@@ -336,6 +357,41 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
     sl->slice_offset = (uint32_t)(sl - pg);
   }
   return pg;
+}
+
+/* realloc in place: a buffer that grows by doubling would otherwise be
+ * copied at every step, and its old chunks freed right below the new ones. */
+bool fw_segment_large_grow(fw_page_t *page, size_t size) {
+  fw_segment_t *seg = fw_page_segment(page);
+  if (seg->kind != FW_KIND_LARGE || seg->direct) return false;
+  size_t offset = (size_t)(page->area - (uint8_t *)seg);
+  if (size <= page->block_size || size > FW_ARENA_MAX_CHUNKS * FW_SEGMENT_SIZE - offset) return false;
+  size_t n = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
+  if (!fw_arena_extend(seg->arena, seg->chunk, seg->chunks, n - seg->chunks)) return false;
+  seg->chunks = (uint32_t)n;
+  seg->size = n * FW_SEGMENT_SIZE;
+  page->block_size = seg->size - offset;
+  return true;
+}
+
+bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
+  fw_segment_t *seg = fw_page_segment(page);
+  if (seg->kind != FW_KIND_LARGE) return false;
+  size_t offset = (size_t)(page->area - (uint8_t *)seg);
+  size_t n = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
+  if (n == 0 || n >= seg->chunks) return false;
+  size_t tail = seg->chunks - n;
+  if (seg->direct) {
+    fw_stat_sub(reserved, tail * FW_SEGMENT_SIZE);
+    fw_stat_sub(committed, tail * FW_SEGMENT_SIZE);
+    fw_os_unmap((uint8_t *)seg + n * FW_SEGMENT_SIZE, tail * FW_SEGMENT_SIZE);
+  } else {
+    fw_arena_free_large(seg->arena, seg->chunk + (uint32_t)n, tail);
+  }
+  seg->chunks = (uint32_t)n;
+  seg->size = n * FW_SEGMENT_SIZE;
+  page->block_size = seg->size - offset;
+  return true;
 }
 
 /* True if the slot reads as zero now; a slot the OS would not purge
@@ -392,7 +448,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
-  page->free = NULL;
+  page->free = NULL;  /* fw_page_init sets up the list of a page put to use */
   page->used = 0;
   fw_page_flags_set(page, FW_PF_UNUSED);
   seg->pages_used--;

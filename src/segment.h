@@ -15,6 +15,10 @@ FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new
 /* A LARGE page in a segment of its own, holding size bytes at an address
  * aligned to align (any power of two). */
 FW_HIDDEN fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align);
+/* realloc in place for the block of a segment of its own: grows into the
+ * free arena chunks after it, or gives back the chunks beyond size. */
+FW_HIDDEN bool fw_segment_large_grow(fw_page_t *page, size_t size);
+FW_HIDDEN bool fw_segment_large_shrink(fw_page_t *page, size_t size);
 /* realloc in place: takes the free slices after a span page. */
 FW_HIDDEN bool fw_segment_span_grow(fw_page_t *page, size_t size);
 /* Gives a page's slot(s) back. tld is the owner's, or NULL for a segment

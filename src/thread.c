@@ -63,7 +63,10 @@ void fw_process_init(void) {
   fw_os_init();
   fw_options_init();
   fw_page_tables_init();
-  fw_segment_cookie_key ^= (uint64_t)(uintptr_t)&expected ^ (fw_os_clock_ms() << 32);
+  fw_list_init();
+  uint64_t k;
+  fw_os_random(&k, sizeof k);
+  fw_segment_cookie_key ^= k;
   pthread_key_create(&fw_thread_key, fw_thread_done);
   fw_check_init();
   atomic_store(&fw_process_state, 2);
@@ -97,7 +100,7 @@ static fw_heap_t *fw_thread_setup(void) {
 
 void fw_thread_free_late(void) {
   for (fw_block_t *b = fw_heap_pool_take_delayed(), *next; b; b = next) {
-    next = b->next;
+    next = fw_delayed_next(b);
     fw_free_unchecked(b);
   }
 }

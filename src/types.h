@@ -22,7 +22,8 @@
 #define FW_SPAN_MAX_SLICES 32                      /* 2 MiB: larger blocks get a segment */
 #define FW_MIN_ALIGN 16
 
-typedef struct fw_block_s { struct fw_block_s *next; } fw_block_t;
+/* A free block: its first word is an encoded link (page.h). */
+typedef struct fw_block_s { uintptr_t link; } fw_block_t;
 typedef struct fw_page_s fw_page_t;
 typedef struct fw_segment_s fw_segment_t;
 typedef struct fw_tld_s fw_tld_t;
@@ -208,25 +209,6 @@ FW_INLINE size_t fw_size_class(size_t size) {
   size_t s = size - 1;
   unsigned b = 63u - (unsigned)__builtin_clzll(s);
   return 10 + (size_t)(b - 7) * 8 + ((s >> (b - 3)) & 7);
-}
-
-/* ---- the block lists: one pop and one push for every path ----------------- */
-/* Every read and write of a free-list link goes through these two, so that
- * the links' encoding lives in one place. A list ends at FW_LIST_END. */
-#define FW_LIST_END NULL
-FW_INLINE fw_block_t *fw_block_next(const fw_block_t *b) { return b->next; }
-FW_INLINE void fw_block_set_next(fw_block_t *b, fw_block_t *next) { b->next = next; }
-FW_INLINE fw_block_t *fw_page_pop(fw_page_t *page) {
-  fw_block_t *b = page->free;
-  page->free = b->next;
-  page->used++;
-  return b;
-}
-/* Returns true when the page has no live block left. */
-FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
-  b->next = page->free;
-  page->free = b;
-  return --page->used == 0;
 }
 
 #endif

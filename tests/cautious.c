@@ -124,6 +124,9 @@ static const char *expect(const char *name, misuse_fn *fn, const char *phrase) {
 
 /* Writes through this are not dropped as dead stores before a free. */
 static volatile char *vp(void *p) { return (volatile char *)p; }
+/* Changes the byte at p[i], whatever it held (a fixed value might be the
+ * one already there). */
+static void flip(void *p, ptrdiff_t i) { vp(p)[i] = (char)~vp(p)[i]; }
 
 /* ---- 1. tiny blocks freed by another thread into a full page ---------------- */
 enum { TN = 20000 };
@@ -226,7 +229,11 @@ static void m_double_huge(void) {
  * mark its free left. */
 static char *recycled;
 static void make_recycled(void) {
-  CHECK(X.option_set("purge_delay", -1) == 0);  /* the slot keeps its memory */
+  /* the slot must keep its memory: no purge from now on, and none left
+   * due from before (the collect purges what is free and clears the
+   * deadlines) */
+  CHECK(X.option_set("purge_delay", -1) == 0);
+  X.collect(true);
   enum { N = 1000, SIZE = 200 };
   char **b = fwt_scratch(N * sizeof *b);
   for (size_t i = 0; i < N; i++) b[i] = A.malloc(SIZE);
@@ -552,7 +559,7 @@ static void m_over_one(void) {
   /* 0xfd was once the one fixed canary byte */
   char *p = A.malloc(21);
   announce(p);
-  vp(p)[21] = (char)0xfd;
+  vp(p)[21] = (char)(vp(p)[21] == (char)0xfd ? 0xfc : 0xfd);
   A.free(p);
 }
 static void m_over_zero(void) {
@@ -573,13 +580,13 @@ static void m_over_trailer(void) {
 static void m_over_large(void) {
   char *p = A.malloc(300000);
   announce(p);
-  vp(p)[300000 + 100] = 1;
+  flip(p, 300000 + 100);
   A.free(p);
 }
 static void m_over_realloc(void) {
   char *p = A.malloc(50);
   announce(p);
-  vp(p)[52] = 1;
+  flip(p, 52);
   A.realloc(p, 5000);
 }
 static void t_overrun(void) {
@@ -617,13 +624,13 @@ static void neighbours(void) {
 static void m_under_free_right(void) {
   neighbours();
   announce(right);
-  vp(right)[-1] = 7;
+  flip(right, -1);
   A.free(right);
 }
 static void m_under_free_left(void) {
   neighbours();
   announce(right);
-  vp(right)[-3] = 7;
+  flip(right, -3);
   A.free(left);
 }
 static void m_under_pad(void) {
@@ -632,7 +639,7 @@ static void m_under_pad(void) {
   for (int i = 0; i < 3; i++) p = A.aligned_alloc(256, 40);
   CHECK(p != NULL);
   announce(p);
-  vp(p)[-1] = 9;
+  flip(p, -1);
   A.free(p);
 }
 static void t_underrun(void) {
@@ -648,14 +655,14 @@ static void m_uaf(void) {
   char *p = A.malloc(100);
   announce(p);
   A.free(p);
-  vp(p)[20] = 1;
+  flip(p, 20);
   A.malloc(100);
 }
 static void m_uaf_end(void) {
   char *p = A.malloc(1000);
   announce(p);
   A.free(p);
-  vp(p)[999] = 1;
+  flip(p, 999);
   A.malloc(1000);
 }
 static void t_uaf(void) {

@@ -170,6 +170,7 @@ static void t_arena_zero(void) {
   CHECK(run3.p == run.p && zero);
   tag_claim(&run3, 0x6666, true);
   fw_arena_free(run3.arena, run3.chunk, 4, false);
+  fw_arena_purge(0, true);
 
   /* purge delay 0: freed chunks are purged at once */
   CHECK(fw_option_set("purge_delay", 0) == 0);
@@ -196,6 +197,102 @@ static void t_arena_zero(void) {
   CHECK(cold.p == lo.p && zero);
   fw_arena_free(warm.arena, warm.chunk, 1, false);
   fw_arena_free(cold.arena, cold.chunk, 1, false);
+}
+
+/* Runs of several chunks (blocks above 2 MiB) go where freed ones left warm
+ * chunks: the shortest stretch of free warm chunks that holds them, so that
+ * a longer stretch stays whole for a longer run; with no such stretch,
+ * where they cover the most warm chunks. The chunks of a freed big block
+ * stay warm for FW_ARENA_LARGE_ROUNDS purge delays. */
+static void t_arena_warm_runs(void) {
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_arena_purge(0, true);
+  bool zero;
+  /* c | b | a | d | e, consecutive fresh chunks */
+  claim c = take(7, &zero), b = take(1, &zero), a = take(3, &zero), d = take(1, &zero), e = take(2, &zero);
+  CHECK(c.arena == e.arena && b.p == c.p + 7 * FW_SEGMENT_SIZE && a.p == b.p + FW_SEGMENT_SIZE &&
+        d.p == a.p + 3 * FW_SEGMENT_SIZE && e.p == d.p + FW_SEGMENT_SIZE);
+  tag_claim(&a, 0x1010, true);
+  tag_claim(&c, 0x3030, true);
+  fw_arena_free(c.arena, c.chunk, 7, false);
+  fw_arena_free(a.arena, a.chunk, 3, false);
+  /* seven warm chunks in c, three in a: three fit a exactly (not the
+   * first place that holds them) */
+  claim x = take(3, &zero);
+  CHECK(x.p == a.p && !zero);
+  check_tag(&a);
+  /* five: only c has them */
+  claim y = take(5, &zero);
+  CHECK(y.p == c.p && !zero);
+  check_tag(&(claim){c.p, c.arena, c.chunk, 5, c.tag});
+  fw_arena_free(x.arena, x.chunk, 3, false);
+  fw_arena_free(y.arena, y.chunk, 5, false);
+  fw_arena_free(b.arena, b.chunk, 1, false);
+  fw_arena_free(d.arena, d.chunk, 1, false);
+  fw_arena_free(e.arena, e.chunk, 2, false);
+  fw_arena_purge(0, true);
+
+  /* lo (clean) | mid (warm) | hi (in use): three chunks go over mid and
+   * one chunk of lo, not from lo's start */
+  claim lo = take(2, &zero), mid = take(2, &zero), hi = take(1, &zero);
+  CHECK(mid.p == lo.p + 2 * FW_SEGMENT_SIZE && hi.p == mid.p + 2 * FW_SEGMENT_SIZE);
+  tag_claim(&mid, 0x5050, true);
+  fw_arena_free(mid.arena, mid.chunk, 2, false);
+  fw_arena_free(lo.arena, lo.chunk, 2, true);
+  claim z = take(3, &zero);
+  CHECK(z.p == lo.p + FW_SEGMENT_SIZE && !zero);
+  check_tag(&mid);
+  fw_arena_free(z.arena, z.chunk, 3, false);
+  fw_arena_free(hi.arena, hi.chunk, 1, false);
+  fw_arena_purge(0, true);
+
+  /* a big block's chunks outlast the purge delay, up to its multiple (the
+   * times are far ahead: a pass runs only past the last one's time) */
+  const uint64_t delay = 30000;
+  CHECK(fw_option_set("purge_delay", (long)delay) == 0);
+  claim big = take(2, &zero);
+  tag_claim(&big, 0x7070, true);
+  uint64_t t0 = fw_os_clock_ms();
+  fw_arena_free_large(big.arena, big.chunk, 2);
+  size_t purged = purged_bytes();
+  fw_arena_purge(t0 + delay * (FW_ARENA_LARGE_ROUNDS - 1), false);
+  CHECK(purged_bytes() == purged);
+  fw_arena_purge(t0 + delay * FW_ARENA_LARGE_ROUNDS + 1000, false);
+  CHECK(purged_bytes() == purged + 2 * FW_SEGMENT_SIZE);
+  claim again = take(2, &zero);
+  CHECK(again.p == big.p && zero);
+  fw_arena_free(again.arena, again.chunk, 2, false);
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_arena_purge(0, true);
+}
+
+/* Growth in place: the chunks right after a claim, when free. */
+static void t_arena_extend(void) {
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_arena_purge(0, true);
+  bool zero;
+  claim a = take(2, &zero), b = take(1, &zero);
+  CHECK(b.p == a.p + 2 * FW_SEGMENT_SIZE);
+  CHECK(!fw_arena_extend(a.arena, a.chunk, 2, 1));  /* b is there */
+  CHECK(!fw_arena_extend(a.arena, a.chunk, 2, 0));
+  tag_claim(&b, 0x9090, true);
+  fw_arena_free(b.arena, b.chunk, 1, false);
+  size_t committed = it_stats().bytes_committed;
+  CHECK(fw_arena_extend(a.arena, a.chunk, 2, 3));  /* b's warm chunk and two clean ones */
+  CHECKF(it_stats().bytes_committed == committed + 2 * FW_SEGMENT_SIZE, "committed grew by %zu bytes",
+         it_stats().bytes_committed - committed);
+  a.n = 5;
+  CHECK(fw_arena_contains(a.p + 5 * FW_SEGMENT_SIZE - 1));
+  claim c = take(1, &zero);
+  CHECK(!overlap(&a, &c));
+  /* a run never crosses a bitmap word */
+  CHECK(!fw_arena_extend(a.arena, a.chunk, 5, 64));
+  /* a tail given back is free again */
+  fw_arena_free(a.arena, a.chunk + 2, 3, false);
+  CHECK(fw_arena_extend(a.arena, a.chunk, 2, 3));
+  fw_arena_free(a.arena, a.chunk, 5, false);
+  fw_arena_free(c.arena, c.chunk, 1, false);
+  fw_arena_purge(0, true);
 }
 
 /* ---- marks ------------------------------------------------------------------ */
@@ -387,6 +484,7 @@ static void t_arena_release(void) {
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"arena_alloc", t_arena_alloc}, {"arena_zero", t_arena_zero},
+    {"arena_warm_runs", t_arena_warm_runs}, {"arena_extend", t_arena_extend},
     {"arena_marks", t_arena_marks}, {"arena_marks_race", t_arena_marks_race},
     {"arena_release", t_arena_release},
   };

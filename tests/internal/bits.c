@@ -1,6 +1,7 @@
 /* bits.c — the bit tricks of base.h against plain loops that are correct by
- * inspection: fw_mask_find_run and fw_mask_longest_run (which the segment
- * layer's span search and best-fit bins rest on), fw_mask_low,
+ * inspection: fw_mask_find_run, fw_mask_run_starts, fw_mask_run_at and
+ * fw_mask_longest_run (which the segment layer's span search and best-fit
+ * bins and the arena's placement of runs rest on), fw_mask_low,
  * fw_align_up/down and fw_is_pow2. */
 #include "itest.h"
 #include "base.h"
@@ -29,6 +30,20 @@ static void check_mask(uint64_t mask) {
     int want = ref_find_run(mask, n), got = fw_mask_find_run(mask, n);
     CHECKF(got == want, "fw_mask_find_run(%#018llx, %zu) = %d, expected %d", (unsigned long long)mask, n,
            got, want);
+  }
+  for (size_t n = 0; n <= 65; n++) {
+    uint64_t want_starts = 0;
+    for (size_t i = 0; n >= 1 && i + n <= 64; i++)
+      if (((mask >> i) & ref_low(n)) == ref_low(n)) want_starts |= (uint64_t)1 << i;
+    CHECKF(fw_mask_run_starts(mask, n) == want_starts, "fw_mask_run_starts(%#018llx, %zu) = %#018llx",
+           (unsigned long long)mask, n, (unsigned long long)fw_mask_run_starts(mask, n));
+  }
+  for (unsigned s = 0; s < 64; s++) {
+    if (!((mask >> s) & 1)) continue;
+    unsigned want_len = 0;
+    while (s + want_len < 64 && ((mask >> (s + want_len)) & 1)) want_len++;
+    CHECKF(fw_mask_run_at(mask, s) == want_len, "fw_mask_run_at(%#018llx, %u) = %u, expected %u",
+           (unsigned long long)mask, s, fw_mask_run_at(mask, s), want_len);
   }
   CHECK(fw_mask_find_run(mask, 1000) == -1);
   CHECK(fw_mask_find_run(mask, SIZE_MAX) == -1);

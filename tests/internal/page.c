@@ -55,7 +55,7 @@ static void check_queue(const fw_heap_t *heap, const fw_page_queue_t *q, fw_page
 /* A fresh page of class cls in no queue, with no live block. */
 static fw_page_t *lone_page(fw_heap_t *heap, size_t cls) {
   fw_page_t *pg = fw_heap_page_for(heap, cls);
-  CHECK(pg != NULL && pg->free != NULL);
+  CHECK(pg != NULL && fw_page_has_free(pg));
   CHECK(heap->queues[cls].first == pg && pg->used == 1);
   CHECK(pg->cls == cls && pg->block_size == fw_class_size[cls]);
   CHECK(atomic_load(&pg->heap) == heap && fw_page_flags(pg) == 0 && pg->tag == fw_thread_id());
@@ -76,7 +76,7 @@ static void t_page_queue(void) {
   uint32_t live[N];
   for (size_t i = 0; i < N; i++) {
     p[i] = lone_page(heap, cls);
-    for (size_t k = 0; k <= i; k++) fw_page_pop(p[i]);  /* distinct counts: i + 1 live */
+    for (size_t k = 0; k <= i; k++) fw_page_pop_checked(p[i]);  /* distinct counts: i + 1 live */
     live[i] = (uint32_t)i + 1;
     for (size_t k = 0; k < i; k++) CHECK(p[i] != p[k]);
   }
@@ -99,7 +99,7 @@ static void t_page_queue(void) {
   fw_page_queue_remove(heap, q, p[2]);  /* the tail */
   check_queue(heap, q, (fw_page_t *[]){p[0], p[1], p[3]}, 3, p, live, N);
   /* a live block more or less on the head does not disturb the count */
-  fw_page_pop(p[0]);
+  fw_page_pop_checked(p[0]);
   live[0]++;
   check_queue(heap, q, (fw_page_t *[]){p[0], p[1], p[3]}, 3, p, live, N);
   fw_page_queue_remove(heap, q, p[0]);
@@ -180,10 +180,10 @@ static void t_page_pop_push(void) {
     static fw_block_t *blocks[8192];
     static uint8_t seen[8192];
     size_t n = 0;
-    while (pg->free) {
+    while (fw_page_has_free(pg)) {
       CHECK(n < 8192);
       uint32_t before = pg->used;
-      blocks[n] = fw_page_pop(pg);
+      blocks[n] = fw_page_pop_checked(pg);
       CHECK(pg->used == before + 1);
       n++;
     }
@@ -204,15 +204,15 @@ static void t_page_pop_push(void) {
       uint32_t cap = pg->capacity;
       CHECK(fw_page_queue_find(heap, cls) == pg);
       size_t more = pg->reserved - cap < per_os_page ? pg->reserved - cap : per_os_page;
-      CHECK(pg->capacity == cap + more && pg->free != NULL && pg->used == 1 + n);
-      while (pg->free) blocks[n++] = fw_page_pop(pg);
+      CHECK(pg->capacity == cap + more && fw_page_has_free(pg) && pg->used == 1 + n);
+      while (fw_page_has_free(pg)) blocks[n++] = fw_page_pop_checked(pg);
       CHECK(n == pg->capacity);
     }
 
     /* pushing back: the head never reports empty (its extra count) */
     for (size_t i = n; i-- > 0;) CHECK(!fw_page_push(pg, blocks[i]));
     CHECK(pg->used == 1 && fw_page_live(pg) == 0);
-    CHECK(pg->free == blocks[0] && fw_page_pop(pg) == blocks[0]);  /* LIFO */
+    CHECK(pg->free == blocks[0] && fw_page_pop_checked(pg) == blocks[0]);  /* LIFO */
     CHECK(!fw_page_push(pg, blocks[0]));
 
     /* out of the queue, the last push reports the page empty */
@@ -220,7 +220,7 @@ static void t_page_pop_push(void) {
     CHECK(pg->used == 0);
     size_t k = n < 3 ? n : 3;
     fw_block_t *got[3];
-    for (size_t i = 0; i < k; i++) got[i] = fw_page_pop(pg);
+    for (size_t i = 0; i < k; i++) got[i] = fw_page_pop_checked(pg);
     CHECK(pg->used == k);
     for (size_t i = 0; i < k; i++) CHECK(fw_page_push(pg, got[(i + 1) % k]) == (i + 1 == k));
     CHECK(pg->used == 0);
@@ -250,12 +250,12 @@ static void *remote_free_thread(void *arg) {
 
 static size_t list_len(const fw_block_t *b) {
   size_t n = 0;
-  for (; b; b = b->next) n++;
+  for (; b != FW_LIST_END; b = fw_block_next(b)) n++;
   return n;
 }
 
 static bool in_list(const fw_block_t *l, const fw_block_t *b) {
-  for (; l; l = l->next)
+  for (; l != FW_LIST_END; l = fw_block_next(l))
     if (l == b) return true;
   return false;
 }
@@ -267,7 +267,7 @@ static void t_page_collect(void) {
   CHECK(pg != NULL);
   static fw_block_t *blocks[4096], *odd[4096];
   size_t n = 0;
-  while (pg->free) blocks[n++] = fw_page_pop(pg);
+  while (fw_page_has_free(pg)) blocks[n++] = fw_page_pop_checked(pg);
   CHECK(n >= 8 && pg->used == 1 + n);
 
   /* another thread frees every other block */
@@ -281,7 +281,7 @@ static void t_page_collect(void) {
   CHECK(x != 0 && !(x & FW_XFREE_DELAYED));
   CHECK(list_len((fw_block_t *)x) == m);
   for (size_t i = 0; i < m; i++) CHECK(in_list((fw_block_t *)x, odd[i]));
-  CHECK(pg->free == NULL && pg->used == 1 + n);  /* nothing changes before the owner collects */
+  CHECK(!fw_page_has_free(pg) && pg->used == 1 + n);  /* nothing changes before the owner collects */
 
   fw_page_collect(pg);
   CHECK(atomic_load(&pg->xfree) == 0);
@@ -292,8 +292,8 @@ static void t_page_collect(void) {
   CHECK(pg->used == 1 + n - m && list_len(pg->free) == m);
 
   /* the local list is kept: remote blocks are added in front of it */
-  for (size_t i = 0; i < m; i++) odd[i] = fw_page_pop(pg);
-  CHECK(pg->free == NULL);
+  for (size_t i = 0; i < m; i++) odd[i] = fw_page_pop_checked(pg);
+  CHECK(!fw_page_has_free(pg));
   CHECK(!fw_page_push(pg, blocks[0]));
   job.n = 1;
   CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
@@ -301,12 +301,12 @@ static void t_page_collect(void) {
   fw_page_collect(pg);
   CHECK(list_len(pg->free) == 2 && in_list(pg->free, blocks[0]) && in_list(pg->free, odd[0]));
   CHECK(pg->used == 1 + n - 2);
-  while (pg->free) fw_page_pop(pg);
+  while (fw_page_has_free(pg)) fw_page_pop_checked(pg);
 
   /* two threads free concurrently while the owner keeps collecting: every
    * block arrives exactly once */
   for (int round = 0; round < 100; round++) {
-    CHECK(pg->used == 1 + n && pg->free == NULL);
+    CHECK(pg->used == 1 + n && !fw_page_has_free(pg));
     _Atomic int go = 0;
     remote_job j1 = {pg, blocks, n / 2, &go}, j2 = {pg, blocks + n / 2, n - n / 2, &go};
     pthread_t t1, t2;
@@ -322,7 +322,7 @@ static void t_page_collect(void) {
     CHECK(atomic_load(&pg->xfree) == 0 && pg->used == 1);
     CHECKF(list_len(pg->free) == n, "round %d: %zu blocks came back of %zu", round, list_len(pg->free), n);
     for (size_t i = 0; i < n; i++) CHECK(in_list(pg->free, blocks[i]));
-    for (size_t i = 0; i < n; i++) blocks[i] = fw_page_pop(pg);
+    for (size_t i = 0; i < n; i++) blocks[i] = fw_page_pop_checked(pg);
   }
   fw_page_queue_remove(heap, &heap->queues[cls], pg);
   fw_segment_page_free(heap->tld, pg);
@@ -340,7 +340,7 @@ static void t_page_full_delayed(void) {
   static fw_block_t *blocks[256];
   size_t n = 0;
   for (;;) {
-    while (pg->free) blocks[n++] = fw_page_pop(pg);
+    while (fw_page_has_free(pg)) blocks[n++] = fw_page_pop_checked(pg);
     if (pg->capacity == pg->reserved) break;
     CHECK(fw_page_queue_find(heap, cls) == pg);
   }
@@ -354,14 +354,15 @@ static void t_page_full_delayed(void) {
   CHECK(pg->used == n);
   check_direct(heap);
 
-  /* remote frees go to the heap */
+  /* the first remote free goes to the heap and tells it the page has room;
+   * the ones after it stay on the page's own list */
   remote_job job = {pg, blocks, 2, NULL};
   pthread_t t;
   CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
   CHECK(pthread_join(t, NULL) == 0);
-  CHECK(atomic_load(&pg->xfree) == FW_XFREE_DELAYED);
+  CHECK(atomic_load(&pg->xfree) == (uintptr_t)blocks[1]);
   fw_block_t *d = atomic_load(&heap->delayed);
-  CHECK(list_len(d) == 2 && in_list(d, blocks[0]) && in_list(d, blocks[1]));
+  CHECK(d == blocks[0] && fw_delayed_next(d) == NULL);
   CHECK(pg->used == n);
 
   /* the owner folds them in: the page is back at the head of its queue */
@@ -369,14 +370,16 @@ static void t_page_full_delayed(void) {
   CHECK(atomic_load(&heap->delayed) == NULL);
   CHECK(heap->full.first == NULL && heap->queues[cls].first == pg);
   CHECK(fw_page_flags(pg) == 0 && pg->tag == fw_thread_id());
+  CHECK(pg->used == 1 + n - 1 && list_len(pg->free) == 1);
+  fw_page_collect(pg);
   CHECK(atomic_load(&pg->xfree) == 0);
   CHECK(pg->used == 1 + n - 2 && list_len(pg->free) == 2);
   check_direct(heap);
 
   /* a remote free that arrives before the page is marked full keeps it out
    * of the full list */
-  blocks[0] = fw_page_pop(pg);
-  blocks[1] = fw_page_pop(pg);
+  blocks[0] = fw_page_pop_checked(pg);
+  blocks[1] = fw_page_pop_checked(pg);
   fw_page_queue_remove(heap, &heap->queues[cls], pg);
   job.n = 1;
   CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
@@ -384,11 +387,11 @@ static void t_page_full_delayed(void) {
   fw_page_to_full(heap, pg);
   CHECK(heap->full.first == NULL && heap->queues[cls].first == pg);
   CHECK(!(fw_page_flags(pg) & FW_PF_FULL) && atomic_load(&pg->xfree) == 0);
-  CHECK(pg->free == blocks[0] && pg->free->next == NULL);
+  CHECK(pg->free == blocks[0] && fw_block_next(pg->free) == FW_LIST_END);
   CHECK(pg->used == 1 + n - 1);
 
   /* fw_page_unfull: back from the full list by hand */
-  blocks[0] = fw_page_pop(pg);
+  blocks[0] = fw_page_pop_checked(pg);
   fw_page_queue_remove(heap, &heap->queues[cls], pg);
   fw_page_to_full(heap, pg);
   CHECK(heap->full.first == pg && (fw_page_flags(pg) & FW_PF_FULL));

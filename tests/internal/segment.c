@@ -1,8 +1,9 @@
 /* segment.c — the segment layer (segment.h) on a tld of its own: spans and
  * the best-fit bins of span segments, growing a span in place, page slots
  * given back (free, dirty and purged masks, the purge deadline and the
- * round that late frees wait), and empty segments kept in the thread's
- * cache until a purge pass frees them. */
+ * round that late frees wait), empty segments kept in the thread's cache
+ * until a purge pass frees them, and the blocks of segments of their own
+ * (reuse of freed ones' chunks, growth and shrinking in place). */
 #include "itest.h"
 #include "segment.h"
 #include "arena.h"
@@ -476,6 +477,72 @@ static void t_segment_cache(void) {
   CHECK(tld->segments == NULL && live_segments() == seg0 && !fw_os_is_mapped(ls));
 }
 
+/* A block of a segment of its own: freed, its chunks wait warm in the arena
+ * for the next big block; realloc grows it into the free chunks after it
+ * and shrinks it by giving the tail chunks back. */
+static void t_segment_large(void) {
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_tld_t *tld = test_tld();
+  const size_t seg0 = live_segments();
+  const size_t MB = (size_t)1 << 20;
+  fw_page_t *lg = fw_segment_large_alloc(tld, 5 * MB, 16);
+  CHECK(lg != NULL && lg->is_zero);
+  fw_segment_t *ls = fw_page_segment(lg);
+  CHECK(ls->chunks == 2 && !ls->direct && live_segments() == seg0 + 1);
+  uint8_t *area = lg->area;
+  memset(area, 0x5a, 5 * MB);
+
+  /* freed: the segment goes, its warm chunks serve the next one */
+  fw_segment_page_free(tld, lg);
+  CHECK(tld->segments == NULL && live_segments() == seg0);
+  lg = fw_segment_large_alloc(tld, 7 * MB, 16);
+  CHECK(lg != NULL && lg->area == area && !lg->is_zero);
+  CHECK(area[0] == 0x5a && area[5 * MB - 1] == 0x5a);  /* not purged */
+
+  /* grows into the free chunks after it */
+  ls = fw_page_segment(lg);
+  CHECK(fw_segment_large_grow(lg, 15 * MB));
+  CHECK(ls->chunks == 4 && ls->size == 4 * FW_SEGMENT_SIZE && lg->block_size == ls->size - FW_SEGMENT_HEADER);
+  CHECK(lg->area == area && fw_ptr_page(area) == lg);
+  memset(area + 7 * MB, 0x6b, 8 * MB);
+  CHECK(!fw_segment_large_grow(lg, 15 * MB));  /* not larger */
+  CHECK(!fw_segment_large_grow(lg, (size_t)FW_ARENA_MAX_CHUNKS * FW_SEGMENT_SIZE));
+  /* not into chunks in use */
+  fw_page_t *next = fw_segment_large_alloc(tld, 3 * MB, 16);
+  CHECK(next != NULL);
+  fw_segment_t *ns = fw_page_segment(next);
+  if ((uint8_t *)ns == (uint8_t *)ls + ls->size) CHECK(!fw_segment_large_grow(lg, 17 * MB));
+  fw_segment_page_free(tld, next);
+
+  /* shrinks by its tail chunks */
+  CHECK(!fw_segment_large_shrink(lg, 15 * MB));  /* nothing to give */
+  CHECK(fw_segment_large_shrink(lg, 6 * MB));
+  CHECK(ls->chunks == 2 && lg->block_size == 2 * FW_SEGMENT_SIZE - FW_SEGMENT_HEADER);
+  CHECK(area[0] == 0x5a && area[5 * MB - 1] == 0x5a);
+  CHECK(live_segments() == seg0 + 1);
+  /* the tail is free again: the block grows back over it */
+  CHECK(fw_segment_large_grow(lg, 15 * MB) && ls->chunks == 4);
+  fw_segment_page_free(tld, lg);
+  CHECK(tld->segments == NULL && live_segments() == seg0);
+
+  /* a mapping of its own shrinks by unmapping its tail, and never grows */
+  const size_t align = (size_t)8 << 20;
+  lg = fw_segment_large_alloc(tld, 20 * MB, align);
+  CHECK(lg != NULL);
+  ls = fw_page_segment(lg);
+  CHECK(ls->direct && lg->area == (uint8_t *)ls + FW_SEGMENT_SIZE && ls->chunks == 6);
+  CHECK(!fw_segment_large_grow(lg, 30 * MB));
+  size_t reserved = it_stats().bytes_reserved;
+  CHECK(fw_segment_large_shrink(lg, 2 * MB));
+  CHECK(ls->chunks == 2 && lg->block_size == FW_SEGMENT_SIZE);
+  CHECK(it_stats().bytes_reserved == reserved - 4 * FW_SEGMENT_SIZE);
+  CHECK(fw_os_is_mapped(lg->area) && !fw_os_is_mapped(lg->area + FW_SEGMENT_SIZE));
+  lg->area[FW_SEGMENT_SIZE - 1] = 1;
+  fw_segment_page_free(tld, lg);
+  CHECK(tld->segments == NULL && live_segments() == seg0 && !fw_os_is_mapped(ls));
+  fw_arena_purge(0, true);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"segment_span", t_segment_span},
@@ -483,6 +550,7 @@ int main(int argc, char **argv) {
     {"segment_page_free", t_segment_page_free},
     {"segment_purge_deadline", t_segment_purge_deadline},
     {"segment_cache", t_segment_cache},
+    {"segment_large", t_segment_large},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
