@@ -228,6 +228,7 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
      * already sends every free to the slow path. */
     if (p != b) {
       fw_page_t *page = fw_ptr_page(b);
+      page->aligned_live++;
       fw_page_flags_set(page, page->flags | FW_PF_ALIGNED);
     }
     return p;
