@@ -101,6 +101,22 @@ static bool cautious;
 static int devnull = -1;
 static size_t op_index;
 
+/* The bulk set: up to BALLAST_MAX blocks of one size and one owner, made
+ * and freed by one operation each, so that pages fill up (a 256-slot table
+ * cannot fill a page of small blocks), go full, take remote frees and empty
+ * again. Sorted by address; each block's pattern covers only its ends. */
+#define BALLAST_MAX 4096
+typedef struct {
+  uint8_t *p;
+  size_t ext;
+} bblk_t;
+static bblk_t ballast[BALLAST_MAX];
+static void *ballast_tmp[BALLAST_MAX];
+static size_t nballast, ballast_req;
+static uint32_t ballast_seed;
+static uint8_t ballast_owner;
+static int ballast_pool = -1;
+
 /* ---- failure ---------------------------------------------------------------- */
 __attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt, ...) {
   va_list ap;
@@ -275,6 +291,26 @@ NOCOV static size_t range_find(uintptr_t lo) { /* first range with .lo >= lo */
   return a;
 }
 
+NOCOV static size_t ballast_find(uintptr_t lo) { /* first bulk block at or after lo */
+  size_t a = 0, b = nballast;
+  while (a < b) {
+    size_t m = (a + b) / 2;
+    if ((uintptr_t)ballast[m].p < lo) a = m + 1;
+    else b = m;
+  }
+  return a;
+}
+
+static uintptr_t ballast_end(size_t i) { return (uintptr_t)ballast[i].p + (ballast[i].ext ? ballast[i].ext : 1); }
+
+/* The bulk block that [lo, hi) overlaps, or -1. */
+static long ballast_overlap(uintptr_t lo, uintptr_t hi) {
+  size_t i = ballast_find(lo);
+  if (i < nballast && (uintptr_t)ballast[i].p < hi) return (long)i;
+  if (i > 0 && ballast_end(i - 1) > lo) return (long)i - 1;
+  return -1;
+}
+
 static void range_add(int slot) {
   const slot_t *s = &slots[slot];
   uintptr_t lo = (uintptr_t)s->p, hi = lo + (s->ext ? s->ext : 1);
@@ -285,6 +321,10 @@ static void range_add(int slot) {
   if (i > 0 && ranges[i - 1].hi > lo)
     fail("block %p..%#lx (slot %d) overlaps live block %#lx..%#lx (slot %d)", (void *)lo, (unsigned long)hi, slot,
          (unsigned long)ranges[i - 1].lo, (unsigned long)ranges[i - 1].hi, ranges[i - 1].slot);
+  long j = ballast_overlap(lo, hi);
+  if (j >= 0)
+    fail("block %p..%#lx (slot %d) overlaps live bulk block %p (%zu bytes)", (void *)lo, (unsigned long)hi, slot,
+         (void *)ballast[j].p, ballast[j].ext);
   memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
   ranges[i] = (range_t){lo, hi, slot};
   nranges++;
@@ -354,10 +394,13 @@ static void check_slot(const slot_t *s, const char *what) {
   }
 }
 
+static void ballast_check(const bblk_t *b, const char *what);
+
 NOCOV static void check_all(const char *what) {
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live) check_slot(&slots[i], what);
-  size_t sum = 0;
+  for (size_t i = 0; i < nballast; i++) ballast_check(&ballast[i], what);
+  size_t sum = nballast * ballast_req;
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live) sum += slots[i].req;
   REQUIRE(sum == live_bytes, "live byte count %zu, slots add up to %zu", live_bytes, sum);
@@ -381,6 +424,12 @@ NOCOV static int pick_free(uint8_t b) {
   return -1;
 }
 
+/* A live heap index from a byte (the default heap if b picks none). */
+static unsigned pick_heap(uint8_t b) {
+  unsigned h = b % (NHEAPS + 1);
+  return heaps[h] ? h : H_DEFAULT;
+}
+
 static void expect_null(void *p, int err, const char *call) {
   if (p) fail("%s returned %p, expected NULL", call, p);
   if (errno != err) fail("%s: errno %d, expected %d", call, errno, err);
@@ -389,7 +438,8 @@ static void expect_null(void *p, int err, const char *call) {
 /* ---- the worker thread ---------------------------------------------------------------- */
 enum {
   W_MALLOC, W_CALLOC, W_ALIGNED, W_OWN_MALLOC, W_OWN_CALLOC, W_FREE, W_FREE_SIZED, W_FREE_ALIGNED_SIZED,
-  W_REALLOC, W_POOL_ALLOC, W_POOL_FREE, W_MISUSE, W_COLLECT, W_OWN_DESTROY, W_OWN_COLLECT, W_QUIT
+  W_REALLOC, W_POOL_ALLOC, W_POOL_FREE, W_MISUSE, W_COLLECT, W_OWN_DESTROY, W_OWN_COLLECT, W_BULK_ALLOC,
+  W_BULK_FREE, W_QUIT
 };
 
 typedef struct {
@@ -398,9 +448,27 @@ typedef struct {
   size_t a, b;
   fw_heap_t *heap;
   fw_pool_t *pool;
+  void **arr; /* bulk requests: b blocks of a bytes */
   void *ret;
   int err;
 } wreq_t;
+
+/* n blocks of size bytes (or objects of pool) into arr; returns how many
+ * were made before one failed. */
+static size_t bulk_alloc(void **arr, size_t n, size_t size, fw_heap_t *heap, fw_pool_t *pool) {
+  for (size_t i = 0; i < n; i++) {
+    arr[i] = pool ? fw_pool_alloc(pool) : heap ? fw_heap_malloc(heap, size) : fw_malloc(size);
+    if (!arr[i]) return i;
+  }
+  return n;
+}
+
+static void bulk_free(void **arr, size_t n, fw_pool_t *pool) {
+  for (size_t i = 0; i < n; i++) {
+    if (pool) fw_pool_free(pool, arr[i]);
+    else fw_free(arr[i]);
+  }
+}
 
 static pthread_mutex_t w_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t w_cond = PTHREAD_COND_INITIALIZER;
@@ -471,6 +539,8 @@ static void *worker_main(void *arg) {
     case W_OWN_COLLECT:
       if (own) fw_heap_collect(own, r->a != 0);
       break;
+    case W_BULK_ALLOC: r->b = bulk_alloc(r->arr, r->b, r->a, NULL, r->pool); break;
+    case W_BULK_FREE: bulk_free(r->arr, r->b, r->pool); break;
     default: break;
     }
     r->err = errno;
@@ -505,7 +575,128 @@ static void worker_restart(void) {
   pthread_join(w_thread, NULL);
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live && (slots[i].owner == H_WORKER || slots[i].owner == H_WORKER_OWN)) slots[i].owner = H_ORPHAN;
+  if (ballast_owner == H_WORKER) ballast_owner = H_ORPHAN;
   worker_start();
+}
+
+/* ---- the bulk set ------------------------------------------------------------------------- */
+static uint32_t ballast_block_seed(const bblk_t *b) { return ballast_seed ^ (uint32_t)((uintptr_t)b->p >> 3); }
+
+NOCOV static void ballast_fill(const bblk_t *b) {
+  uint32_t seed = ballast_block_seed(b);
+  size_t n = b->ext, head = n < 48 ? n : 48;
+  for (size_t i = 0; i < head; i++) b->p[i] = pat(seed, i);
+  for (size_t i = n > 16 ? n - 16 : 0; i < n; i++) b->p[i] = pat(seed, i);
+}
+
+NOCOV static void ballast_check(const bblk_t *b, const char *what) {
+  uint32_t seed = ballast_block_seed(b);
+  size_t n = b->ext, head = n < 48 ? n : 48;
+  for (size_t i = 0; i < n; i = i + 1 == head && n > 16 && n - 16 > head ? n - 16 : i + 1)
+    if (b->p[i] != pat(seed, i))
+      fail("%s: bulk block %p (%zu bytes, owner %s) differs at offset %zu: 0x%02x, expected 0x%02x", what,
+           (void *)b->p, b->ext, owner_name(ballast_owner), i, b->p[i], pat(seed, i));
+}
+
+static int bblk_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const bblk_t *)a)->p, y = (uintptr_t)((const bblk_t *)b)->p;
+  return x < y ? -1 : x > y;
+}
+
+/* Frees every step-th bulk block from start on (all of them with step 1),
+ * here or on the worker, in address order or the reverse. */
+static void ballast_free(size_t step, size_t start, bool remote, bool reverse) {
+  fw_pool_t *pool = ballast_owner == H_POOL ? pools[ballast_pool].pool : NULL;
+  size_t m = 0, kept = 0;
+  for (size_t i = 0; i < nballast; i++) {
+    if (i % step == start % step) {
+      ballast_check(&ballast[i], "before a bulk free");
+      ballast_tmp[m++] = ballast[i].p;
+    } else {
+      ballast[kept++] = ballast[i];
+    }
+  }
+  if (reverse)
+    for (size_t i = 0; i < m / 2; i++) {
+      void *t = ballast_tmp[i];
+      ballast_tmp[i] = ballast_tmp[m - 1 - i];
+      ballast_tmp[m - 1 - i] = t;
+    }
+  if (remote) {
+    wreq_t r = {.op = W_BULK_FREE, .arr = ballast_tmp, .b = m, .pool = pool};
+    wcall(&r);
+  } else {
+    bulk_free(ballast_tmp, m, pool);
+  }
+  nballast = kept;
+  live_bytes -= m * ballast_req;
+}
+
+/* Forgets the bulk set (its heap or pool took it along). */
+static void ballast_drop(void) {
+  live_bytes -= nballast * ballast_req;
+  nballast = 0;
+}
+
+static void op_ballast_alloc(uint8_t b) {
+  if (nballast) ballast_free(1, 0, b & 0x40, b & 0x20);
+  unsigned who = b % 8, owner = H_DEFAULT;
+  size_t size = draw_size();
+  if (size > 16384) size %= 1025;
+  size_t n = 1 + u16() % BALLAST_MAX;
+  fw_heap_t *heap = NULL;
+  fw_pool_t *pool = NULL;
+  int k = (b >> 3) % NPOOLS;
+  if (who >= 6 && pools[k].pool) {
+    pool = pools[k].pool;
+    size = pools[k].object_size;
+    owner = H_POOL;
+  } else if (who == 4) {
+    owner = pick_heap(u8());
+    heap = heaps[owner];
+  } else if (who == 5) {
+    owner = H_WORKER;
+  }
+  size_t room = (LIVE_CAP - live_bytes) / (size ? size : 1);
+  if (n > room) n = room;
+  if (n == 0) return;
+  size_t got;
+  errno = 0;
+  if (owner == H_WORKER || (pool && (b & 0x80))) {
+    wreq_t r = {.op = W_BULK_ALLOC, .arr = ballast_tmp, .a = size, .b = n, .pool = pool};
+    wcall(&r);
+    got = r.b;
+    errno = r.err;
+  } else {
+    got = bulk_alloc(ballast_tmp, n, size, heap, pool);
+  }
+  if (got < n) fail("bulk allocation %zu of %zu (%zu bytes, %s) failed (errno %d)", got, n, size, owner_name(owner), errno);
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *p = ballast_tmp[i];
+    size_t ext = pool ? (cautious ? size : pools[k].rounded) : fw_malloc_usable_size(p);
+    if (!pool && ext < size) fail("usable size %zu of bulk block %p is below the %zu bytes requested", ext, (void *)p, size);
+    if ((uintptr_t)p & (sizeof(void *) - 1)) fail("bulk block %p (%zu bytes) is not pointer-aligned", (void *)p, size);
+    if (pool && ((uintptr_t)p & (pools[k].alignment - 1)))
+      fail("pool object %p is not aligned to %zu", (void *)p, pools[k].alignment);
+    if (pool && pools[k].zero) verify_zero(p, size, "fw_pool_alloc (bulk)");
+    ballast[i] = (bblk_t){p, ext};
+  }
+  qsort(ballast, n, sizeof *ballast, bblk_cmp);
+  nballast = n;
+  ballast_req = size;
+  ballast_owner = (uint8_t)owner;
+  ballast_pool = pool ? k : -1;
+  ballast_seed = next_seed();
+  live_bytes += n * size;
+  for (size_t i = 0; i < n; i++) {
+    uintptr_t lo = (uintptr_t)ballast[i].p, hi = ballast_end(i);
+    if (i > 0 && ballast_end(i - 1) > lo)
+      fail("bulk blocks %p and %p (%zu bytes) overlap", (void *)ballast[i - 1].p, (void *)lo, ballast[i - 1].ext);
+    size_t j = range_find(lo);
+    if ((j < nranges && ranges[j].lo < hi) || (j > 0 && ranges[j - 1].hi > lo))
+      fail("bulk block %p (%zu bytes) overlaps the block of a slot", (void *)lo, ballast[i].ext);
+    ballast_fill(&ballast[i]);
+  }
 }
 
 /* ---- frees -------------------------------------------------------------------------------- */
@@ -603,11 +794,18 @@ typedef struct {
 static bool visit_block(const void *block, size_t size, void *arg) {
   visit_ctx_t *c = arg;
   size_t j = range_find((uintptr_t)block);
-  if (j >= nranges || ranges[j].lo >= (uintptr_t)block + size) {
-    c->fault = "a block that is not live";
-    return false;
+  unsigned owner;
+  if (j < nranges && ranges[j].lo < (uintptr_t)block + size) {
+    owner = slots[ranges[j].slot].owner;
+  } else {
+    j = ballast_find((uintptr_t)block);
+    if (j >= nballast || (uintptr_t)ballast[j].p >= (uintptr_t)block + size) {
+      c->fault = "a block that is not live";
+      return false;
+    }
+    owner = ballast_owner;
   }
-  if (slots[ranges[j].slot].owner != c->heap) {
+  if (owner != c->heap) {
     c->fault = "a block of another heap";
     return false;
   }
@@ -635,6 +833,22 @@ static void check_heap(unsigned h) {
         fail("fw_heap_usable_size(heap %u, %p) is not 0 for a block of %s", h, (void *)slots[i].p,
              owner_name(slots[i].owner));
     }
+  /* of the bulk set, a sample: fw_heap_contains walks its page's free list */
+  for (size_t i = 0; i < nballast; i += nballast / 8 + 1) {
+    const uint8_t *p = ballast[i].p;
+    if (ballast_owner == h) {
+      if (!fw_heap_contains(heap, p)) fail("heap %u does not contain its bulk block %p", h, (const void *)p);
+      if (fw_heap_usable_size(heap, p) != ballast[i].ext)
+        fail("fw_heap_usable_size(heap %u, bulk block %p) = %zu, usable size %zu", h, (const void *)p,
+             fw_heap_usable_size(heap, p), ballast[i].ext);
+    } else if (h != H_DEFAULT && ballast_owner != H_POOL && fw_heap_contains(heap, p)) {
+      fail("heap %u contains %p, a bulk block of %s", h, (const void *)p, owner_name(ballast_owner));
+    }
+  }
+  if (ballast_owner == h) {
+    n += nballast;
+    for (size_t i = 0; i < nballast; i++) bytes += ballast[i].ext;
+  }
   if (h == H_DEFAULT) return; /* it also holds pool slabs, and what it adopted */
   fw_heap_stats_t st = {.size = sizeof st};
   REQUIRE(fw_heap_stats(heap, &st) == 0, "fw_heap_stats(heap %u) failed", h);
@@ -650,18 +864,16 @@ static void check_heap(unsigned h) {
   REQUIRE(c.blocks == n, "fw_heap_visit(heap %u) reported %zu blocks, the shadow has %zu", h, c.blocks, n);
 }
 
-/* A live heap index from a byte (the default heap if b picks none). */
-static unsigned pick_heap(uint8_t b) {
-  unsigned h = b % (NHEAPS + 1);
-  return heaps[h] ? h : H_DEFAULT;
-}
-
 static void heap_gone(unsigned h, bool destroyed) {
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live && slots[i].owner == h) {
       if (destroyed) drop(i);
       else slots[i].owner = H_DEFAULT; /* fw_heap_delete hands them to the default heap */
     }
+  if (ballast_owner == h) {
+    if (destroyed) ballast_drop();
+    else ballast_owner = H_DEFAULT;
+  }
   heaps[h] = NULL;
 }
 
@@ -672,6 +884,7 @@ static void pool_check_stats(int k) {
   size_t n = 0;
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live && slots[i].owner == H_POOL && slots[i].pool == k) n++;
+  if (ballast_owner == H_POOL && ballast_pool == k) n += nballast;
   REQUIRE(st.objects_live == n, "pool %d: fw_pool_stats counts %zu live objects, the shadow %zu", k, st.objects_live, n);
   REQUIRE(st.objects_peak >= n, "pool %d: peak %zu below live %zu", k, st.objects_peak, n);
   REQUIRE(st.object_size == pools[k].rounded, "pool %d: object size changed", k);
@@ -682,6 +895,7 @@ static void pool_check_stats(int k) {
 static void pool_gone(int k) {
   for (int i = 0; i < NSLOTS; i++)
     if (slots[i].live && slots[i].owner == H_POOL && slots[i].pool == k) drop(i);
+  if (ballast_owner == H_POOL && ballast_pool == k) ballast_drop();
   pools[k].pool = NULL;
 }
 
@@ -711,7 +925,7 @@ enum {
   OP_POOL_NEW, OP_POOL_ALLOC, OP_POOL_FREE, OP_POOL_DESTROY, OP_POOL_STATS,
   OP_COLLECT, OP_STATS, OP_OPTION, OP_REFUSED,
   OP_W_MALLOC, OP_W_FREE, OP_W_REALLOC, OP_W_POOL_ALLOC, OP_W_MISUSE, OP_W_COLLECT, OP_W_OWN, OP_W_RESTART,
-  OP_BURST_ALLOC, OP_BURST_FREE,
+  OP_BURST_ALLOC, OP_BURST_FREE, OP_BULK_ALLOC, OP_BULK_FREE,
   OP_COUNT
 };
 
@@ -725,7 +939,7 @@ static const uint8_t op_weight[OP_COUNT] = {
   [OP_COLLECT] = 3, [OP_STATS] = 2, [OP_OPTION] = 4, [OP_REFUSED] = 4,
   [OP_W_MALLOC] = 10, [OP_W_FREE] = 12, [OP_W_REALLOC] = 5, [OP_W_POOL_ALLOC] = 4, [OP_W_MISUSE] = 2,
   [OP_W_COLLECT] = 2, [OP_W_OWN] = 3, [OP_W_RESTART] = 2,
-  [OP_BURST_ALLOC] = 6, [OP_BURST_FREE] = 3,
+  [OP_BURST_ALLOC] = 6, [OP_BURST_FREE] = 3, [OP_BULK_ALLOC] = 3, [OP_BULK_FREE] = 4,
 };
 static uint8_t op_table[256];
 static const char *const op_names[OP_COUNT] = {
@@ -734,7 +948,7 @@ static const char *const op_names[OP_COUNT] = {
   "pool_new", "pool_alloc", "pool_free", "pool_destroy", "pool_stats",
   "collect", "stats", "option", "refused",
   "w_malloc", "w_free", "w_realloc", "w_pool_alloc", "w_misuse", "w_collect", "w_own", "w_restart",
-  "burst_alloc", "burst_free",
+  "burst_alloc", "burst_free", "bulk_alloc", "bulk_free",
 };
 static bool trace; /* FUZZ_API_TRACE=1: one line per operation on stderr */
 
@@ -1152,6 +1366,12 @@ static void run_op(void) {
     }
     break;
   }
+  case OP_BULK_ALLOC: op_ballast_alloc(b); break;
+  case OP_BULK_FREE: { /* every step-th block: pages go partly free */
+    uint8_t how = u8();
+    if (nballast) ballast_free(1 + b % 8, b >> 3, how & 1, how & 2);
+    break;
+  }
   default: { /* OP_BURST_FREE: a run of slots, here or on the worker */
     int count = 1 + u8() % 64;
     uint8_t how = u8();
@@ -1168,6 +1388,7 @@ static void run_op(void) {
  * shadow (the allocator keeps its caches, as a long-running program would). */
 static void cleanup(void) {
   check_all("at the end");
+  if (nballast) ballast_free(1, 0, false, false);
   for (unsigned h = 1; h <= NHEAPS; h++)
     if (heaps[h]) {
       fw_heap_collect(heaps[h], false);

@@ -153,6 +153,17 @@ def main():
     d += op("BURST_ALLOC", 128, *medium(16384), 0, 40) + op("BURST_FREE", 168, 40, 0x40)
     write("bursts", d)
 
+    # the bulk set: thousands of blocks, freed in strides from either thread
+    d = op("POOL_NEW", 0, 0x32, 32, 3, 0, 2)  # 32 bytes, 1 shard, cache of 2
+    d += op("BULK_ALLOC", 0x96, *tiny(1), 0xa0, 0x0f)  # 4001 objects of pool 0, made by the worker
+    d += op("BULK_FREE", 1, 1) + op("POOL_STATS", 0) + op("BULK_FREE", 0, 2)
+    d += op("BULK_ALLOC", 0, *cls(4), 0xff, 0x0f) + op("BULK_FREE", 2 + 8, 1)  # 48 bytes, every 3rd freed remotely
+    d += op("MALLOC", 3, *cls(4)) + op("BULK_FREE", 3, 0)
+    d += op("HEAP_NEW", 1) + op("BULK_ALLOC", 0x44, *cls(30), 0x00, 0x02, 2) + op("HEAP_COLLECT", 2, 0)
+    d += op("BULK_FREE", 1, 3) + op("HEAP_COLLECT", 2, 1) + op("HEAP_DESTROY", 1)
+    d += op("BULK_ALLOC", 5, *small(2000), 0x00, 0x01) + op("W_RESTART", 0) + op("BULK_FREE", 0, 0)
+    write("bulk", d)
+
     # options and the calls that must be refused
     d = b""
     for k in range(4):
@@ -172,9 +183,13 @@ def main():
 
     # Regression: fw_malloc_aligned(0, alignment of 4 MiB or more) returned the
     # address just past its segment, where the free then wrote its link (a
-    # fault, or another segment's header). Eight tries, each with a live
-    # block of a huge alignment in between to move the next mapping.
+    # fault, or another segment's header). First the default heap's check
+    # (fw_heap_contains is false for such a block, whatever lies next to it);
+    # then eight frees, each with a live block of a huge alignment in between
+    # to move the next mapping, in case the check alone does not see it.
     d = b""
+    for e in [22, 23, 24, 26]:
+        d += op("ALIGNED", 5, *zero(), *align(e), 0) + op("HEAP_COLLECT", 0, 0) + op("FREE", 5, 0, 0)
     for i, e in enumerate([23, 24, 26, 23, 24, 26, 24, 26]):
         d += op("ALIGNED", 5, *zero(), *align(e), 0) + op("FREE", 5, 0, 0)
         d += op("ALIGNED", 10 + i, *tiny(2), *align(23 + i % 3), 0)

@@ -252,7 +252,7 @@ stage_fuzz() {
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFW_FUZZ=ON \
     -DFW_BUILD_TESTS=OFF -DFW_BUILD_BENCH=OFF &&
     build fuzz "$dir" cmake --build "$dir" --target fuzz -j "$jobs" || return
-  local pass=0 fail=0 mode bin t bad f files=() left=() broken=()
+  local pass=0 fail=0 mode bin t bad f i name files=() left=() broken=()
   mkdir -p "$dir/artifacts"
   mapfile -t files < <(find fuzz/corpus -type f | sort)
   for mode in default cautious; do
@@ -269,7 +269,9 @@ stage_fuzz() {
     left=("${files[@]}")
     broken=()
     while [ ${#left[@]} -gt 0 ]; do
-      if fuzz_run "fuzz.corpus.$mode" "$dir/corpus-$mode.log" "$bin" -rss_limit_mb=4096 -timeout=120 \
+      name="fuzz.corpus.$mode"
+      [ ${#broken[@]} -eq 0 ] || name="$name, the ${#left[@]} inputs left"
+      if fuzz_run "$name" "$dir/corpus-$mode.log" "$bin" -rss_limit_mb=4096 -timeout=120 \
         -artifact_prefix="$dir/artifacts/corpus-$mode-" "${left[@]}"; then
         break
       fi
