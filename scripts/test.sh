@@ -9,24 +9,30 @@
 #      through pkg-config and find_package),
 #   3b. the same tests again in cautious mode (FREEWAY_CAUTIOUS=1), but for
 #      the few that measure or assert what only the default mode does,
+#   3c. the bad-input suite on the release build: every misuse in a child
+#      process, cautious and default mode (tests/badinput),
 #   4. build of everything with clang (-Werror) and its fw_* C tests,
 #   5. AddressSanitizer + UBSan build of the fw_* tests,
 #   6. ThreadSanitizer build of the multi-threaded tests,
 #   7. 32-bit (-m32) build and its tests (all but the real programs, which
 #      are 64-bit binaries of the system),
 #   8. debug build (-DFW_DEBUG=ON: internal assertions and validators of
-#      pages, segments, queues and heaps) and the whole suite on it.
+#      pages, segments, queues and heaps) and the whole suite on it,
+#   9. the libFuzzer target fuzz/fuzz_api (clang, ASan + UBSan, internal
+#      checks): every input of fuzz/corpus/ once, then a bounded run of
+#      fuzzing, in the default mode and in cautious mode.
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "layers release cautious clang asan tsan m32 debug").
+#   FW_TEST_STAGES (default "layers release cautious badinput clang asan tsan m32 debug fuzz"),
+#   FW_FUZZ_SECONDS (fuzzing time of the default mode, default 120; cautious
+#   mode gets half).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"layers release cautious clang asan tsan m32 debug"}
-
+stages=${FW_TEST_STAGES:-"layers release cautious badinput clang asan tsan m32 debug fuzz"}
 log() { printf '\n==== %s\n' "$*"; }
 
 # ---- dependencies -----------------------------------------------------------
@@ -86,10 +92,12 @@ run_ctest() {
     skip=${skip:+$skip|}$known_failing
   fi
   [ -z "$skip" ] || exclude=(-E "$skip")
-  # The bad-input suite (label badinput) states the misuse contract ahead
-  # of the allocator; it joins the stages once the allocator meets it. Run
-  # it on its own with `ctest -L badinput`.
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -LE '^badinput$' "${exclude[@]}" "$@" 2>&1 | tee "$out"
+  # The bad-input suite (label badinput) runs in its own stage, on the
+  # release build: its cases crash on purpose, which the debug build's
+  # assertions and the 32-bit build's layout would judge differently.
+  local labels=(-LE '^badinput$')
+  [ "$stage" = badinput ] && labels=(-L '^badinput$')
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${labels[@]}" "${exclude[@]}" "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   local line pass=0 fail=0 all=0
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" | tail -n 1)
@@ -163,6 +171,7 @@ stage_release() {
 #                           linked to the allocator's object files: no
 #                           cautious path runs in them, and some assert the
 #                           default mode's page flags.
+# (The bad-input suite has a stage of its own, in both modes.)
 cautious_exclude='^rss\.|^heapown\.(collect_race|foreign_calls|dead_heap)(\.preload)?$|^heapstress\.foreign(\.preload)?$|^internal\.'
 stage_cautious() {
   if [ ! -f build/CTestTestfile.cmake ]; then
@@ -172,6 +181,18 @@ stage_cautious() {
   fi
   log "release tests in cautious mode (FREEWAY_CAUTIOUS=1)"
   FREEWAY_CAUTIOUS=1 stage_exclude=$cautious_exclude run_ctest cautious build --timeout 900
+}
+
+# Every misuse case in a child process, in cautious and default mode, in the
+# three link flavours (tests/badinput). Known gaps are listed in the runner
+# and reported; a new failure, or a gap that closes, fails the stage.
+stage_badinput() {
+  log "bad-input suite (release build)"
+  if [ ! -x build/tests/badinput/misuse ]; then
+    build badinput build cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
+      build badinput build cmake --build build -j "$jobs" || return
+  fi
+  run_ctest badinput build --timeout 600
 }
 
 stage_clang() {
@@ -221,6 +242,118 @@ stage_debug() {
     build debug build-debug cmake --build build-debug -j "$jobs" || return
   log "debug tests (the whole suite)"
   run_ctest debug build-debug --timeout 900
+}
+
+# libFuzzer's runtime comes with clang on some systems and in a package of
+# its own on Debian (libclang-rt-<version>-dev).
+fuzz_deps() {
+  local probe ok=0
+  probe=$(mktemp -d)
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+    > "$probe/f.c"
+  clang -fsanitize=fuzzer,address,undefined "$probe/f.c" -o "$probe/f" >/dev/null 2>&1 && ok=1
+  if [ $ok -eq 0 ]; then
+    local ver sudo=""
+    ver=$(clang -dumpversion 2>/dev/null | cut -d. -f1)
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "libFuzzer runtime missing; installing clang and libclang-rt-${ver:-14}-dev"
+    export DEBIAN_FRONTEND=noninteractive
+    { $sudo apt-get install -y -q clang "libclang-rt-${ver:-14}-dev" ||
+      { $sudo apt-get update -q && $sudo apt-get install -y -q clang "libclang-rt-${ver:-14}-dev"; }; } &&
+      clang -fsanitize=fuzzer,address,undefined "$probe/f.c" -o "$probe/f" >/dev/null 2>&1 && ok=1
+  fi
+  rm -rf "$probe"
+  [ $ok -eq 1 ]
+}
+
+# fuzz_run NAME LOG BINARY ARGS...: one run of a fuzzer; on failure prints the
+# end of its log and the input that made it fail (kept in build-fuzz/).
+fuzz_run() {
+  local name=$1 out=$2
+  shift 2
+  if "$@" >"$out" 2>&1; then
+    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::)' "$out" | sed 's/^/  /'
+    grep -q '^Executed ' "$out" && echo "  $(grep -c '^Executed ' "$out") inputs executed"
+    echo "$name: passed"
+    return 0
+  fi
+  echo "$name: FAILED; end of $out:"
+  grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|RELOAD)' "$out" | tail -n 60
+  local unit
+  unit=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$out" | tail -n 1)
+  if [ -n "$unit" ] && [ -f "$unit" ]; then
+    echo "failing input: $unit ($(wc -c <"$unit") bytes):"
+    od -A d -t x1 "$unit" | head -n 40
+  fi
+  return 1
+}
+
+stage_fuzz() {
+  local dir=build-fuzz secs=${FW_FUZZ_SECONDS:-120}
+  log "fuzz: libFuzzer target fuzz/fuzz_api (clang, ASan + UBSan, FW_DEBUG)"
+  if ! fuzz_deps; then
+    summary+=("fuzz: BUILD FAILED (no libFuzzer runtime)")
+    failed_stages+=("fuzz")
+    total_fail=$((total_fail + 1))
+    return
+  fi
+  build fuzz "$dir" cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFW_FUZZ=ON \
+    -DFW_BUILD_TESTS=OFF -DFW_BUILD_BENCH=OFF &&
+    build fuzz "$dir" cmake --build "$dir" --target fuzz -j "$jobs" || return
+  local pass=0 fail=0 mode bin t bad f i name files=() left=() broken=()
+  mkdir -p "$dir/artifacts"
+  mapfile -t files < <(find fuzz/corpus -type f | sort)
+  for mode in default cautious; do
+    bin=$dir/fuzz/fuzz_api
+    t=$secs
+    if [ $mode = cautious ]; then
+      bin=$dir/fuzz/fuzz_api_cautious
+      t=$((secs / 2))
+    fi
+    # Every committed input once: each is a regression test. The run stops
+    # at the first failure, so a failing input is set aside and the rest run
+    # again, until all that fail are known.
+    log "fuzz ($mode mode): the ${#files[@]} inputs of fuzz/corpus"
+    left=("${files[@]}")
+    broken=()
+    while [ ${#left[@]} -gt 0 ]; do
+      name="fuzz.corpus.$mode"
+      [ ${#broken[@]} -eq 0 ] || name="$name, the ${#left[@]} inputs left"
+      if fuzz_run "$name" "$dir/corpus-$mode.log" "$bin" -rss_limit_mb=4096 -timeout=120 \
+        -artifact_prefix="$dir/artifacts/corpus-$mode-" "${left[@]}"; then
+        break
+      fi
+      bad=$(sed -n 's/^Running: //p' "$dir/corpus-$mode.log" | tail -n 1)
+      broken+=("${bad:-?}")
+      [ -n "$bad" ] || break
+      for i in "${!left[@]}"; do [ "${left[$i]}" != "$bad" ] || unset 'left[i]'; done
+      left=("${left[@]}")
+    done
+    if [ ${#broken[@]} -eq 0 ]; then
+      pass=$((pass + 1))
+    else
+      echo "fuzz.corpus.$mode: inputs that fail: ${broken[*]}"
+      fail=$((fail + 1))
+    fi
+    # Fuzzing starts from the inputs that pass (one that fails would end it
+    # at once); what it finds goes to a scratch corpus in the build tree.
+    log "fuzz ($mode mode): fuzzing for ${t}s"
+    rm -rf "$dir/seed-$mode"
+    mkdir -p "$dir/corpus-$mode" "$dir/seed-$mode"
+    for f in "${left[@]}"; do cp "$f" "$dir/seed-$mode/"; done
+    if fuzz_run "fuzz.run.$mode" "$dir/fuzz-$mode.log" "$bin" -max_total_time="$t" -rss_limit_mb=4096 \
+      -timeout=120 -print_final_stats=1 -artifact_prefix="$dir/artifacts/$mode-" \
+      "$dir/corpus-$mode" "$dir/seed-$mode"; then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1))
+    fi
+  done
+  total_pass=$((total_pass + pass))
+  total_fail=$((total_fail + fail))
+  summary+=("fuzz: $pass passed, $fail failed")
+  [ "$fail" -eq 0 ] || failed_stages+=("fuzz")
 }
 
 start=$(date +%s)

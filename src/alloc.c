@@ -108,10 +108,12 @@
  *      each queue carries one extra count in used, so a malloc/free loop
  *      never sees used reach zero and never leaves the fast path.
  *   b. another thread: one compare-and-swap pushes the block on the page's
- *      xfree list; the owner folds it in lazily when the page runs dry. For a
- *      full page (xfree's DELAYED bit) the block goes to the owning heap's
- *      delayed list instead, with the same single CAS, which tells the owner
- *      that the page has room again without it scanning full pages.
+ *      xfree list; the owner folds it in lazily when the page runs dry. The
+ *      first free into a full page (xfree's DELAYED bit) clears the bit and
+ *      goes to the owning heap's delayed list, which tells the owner that
+ *      the page has room again without it scanning full pages; the frees
+ *      after it stay on the page, so the owner's work grows with pages, not
+ *      blocks.
  *   c. a segment whose thread has exited (abandon.c): a thread with a heap
  *      adopts it; a thread without one frees in place and purges what that
  *      empties. Either way the memory comes back without a later slow path.
@@ -125,6 +127,17 @@
  *      would otherwise lose every freed one just before it wanted it. A
  *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
  *      memory) leaves the memory dirty, so calloc clears it itself.
+ *
+ * HARDENING (page.h, free.c; cautious mode: check.c)
+ *   Free-list links are encoded with a per-process secret and checked on
+ *   every pop: a block's successor must be another 8-aligned block of its
+ *   segment. A stray write into a free block (use after free, an overflow
+ *   into a free neighbour) or an immediate double free stops the process
+ *   with a report at the latest when malloc would hand out the bad pointer.
+ *   Frees that reach a slow path are checked before anything is written
+ *   (free.c fw_block_check): the segment header must be freeway's, the
+ *   pointer a block's start, a large block live. docs/hardening.md lists
+ *   what the default mode catches and what only cautious mode does.
  *
  * THREADS
  *   A thread's first malloc builds its data (thread.c) from type-stable
@@ -226,6 +239,7 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
      * already sends every free to the slow path. */
     if (p != b) {
       fw_page_t *page = fw_ptr_page(b);
+      page->aligned_live++;
       fw_page_flags_set(page, page->flags | FW_PF_ALIGNED);
     }
     return p;

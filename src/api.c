@@ -117,6 +117,11 @@ void *fw_reallocarray(void *p, size_t count, size_t size) {
 }
 
 static void *fw_aligned(size_t size, size_t alignment) {
+  /* Every block of 16 bytes or more is 16-aligned, every block 8-aligned:
+   * small alignments are plain mallocs, fast path included. Cautious mode
+   * records the alignment, so it takes the long way. */
+  if (fw_likely(alignment <= FW_MIN_ALIGN && alignment != 0 && fw_is_pow2(alignment)) && !fw_opt(CAUTIOUS))
+    return fw_malloc_fast(size < alignment ? alignment : size);
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {
     if (!fw_is_pow2(alignment)) {

@@ -66,6 +66,14 @@ void fw_free_generic(void *p) {
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
   fw_block_check(seg, page, p, b, "double free");
+  /* The owner frees the last interior block of its page: frees from the
+   * page take the fast path again. Remote frees of such blocks do not
+   * count down (the counter is the owner's), so the flag can only stay
+   * too long, never go too early. */
+  if ((void *)b != p && (fw_page_flags(page) & FW_PF_ALIGNED) && page->kind != FW_KIND_LARGE &&
+      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() && page->aligned_live &&
+      --page->aligned_live == 0)
+    fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_ALIGNED);
   fw_free_route(seg, page, b);
 }
 

@@ -138,6 +138,7 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->reserved = (uint32_t)(span / block_size);
   page->free = FW_LIST_END;
   page->used = 0;
+  page->aligned_live = 0;
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);

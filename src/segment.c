@@ -335,6 +335,9 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   if (align < FW_MIN_ALIGN) align = FW_MIN_ALIGN;
   size_t offset = fw_align_up(FW_SEGMENT_HEADER, align < FW_SEGMENT_SIZE ? align : FW_SEGMENT_SIZE);
   if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE) return NULL;
+  /* a block of size 0 still needs a byte of its own: at a 4 MiB alignment
+   * it would otherwise start at the segment's end, on the next one's header */
+  if (size == 0) size = 1;
   size_t chunks = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   bool is_zero;
   fw_segment_t *seg = fw_segment_new(tld, FW_KIND_LARGE, chunks, align, offset, &is_zero);

@@ -205,6 +205,34 @@ static void t_align_big(void) {
   }
 }
 
+/* Size 0 at a big alignment: still a block of its own (it used to start at
+ * its segment's end, on the next segment's header, with usable size 0). */
+static void t_align_big_size0(void) {
+  bool cautious = X.option_get("cautious") == 1;
+  size_t aligns[4];
+  size_t na = big_aligns(aligns);
+  for (size_t ai = 0; ai < na; ai++) {
+    size_t a = aligns[ai];
+    unsigned char *keep[4];
+    for (int k = 0; k < 4; k++) {
+      void *p = NULL;
+      CHECK(A.posix_memalign(&p, a, 0) == 0 && p != NULL && ((uintptr_t)p & (a - 1)) == 0);
+      keep[k] = p;
+      /* cautious mode: the usable size is the request, and a byte written
+       * there would be an overrun */
+      if (cautious) {
+        CHECKF(A.usable_size(p) == 0, "cautious mode, size 0: usable size %zu", A.usable_size(p));
+        continue;
+      }
+      CHECKF(A.usable_size(p) >= 1, "posix_memalign(alignment %zu MiB, size 0): usable size %zu", a >> 20,
+             A.usable_size(p));
+      keep[k][0] = (unsigned char)(0xA0 + k);
+    }
+    for (int k = 0; k < 4 && !cautious; k++) CHECK(keep[k][0] == (unsigned char)(0xA0 + k));
+    for (int k = 0; k < 4; k++) A.free(keep[k]);
+  }
+}
+
 /* ---- freed by another thread --------------------------------------------------- */
 typedef struct remote_job {
   unsigned char *p[VIA_COUNT];
@@ -285,6 +313,7 @@ static void t_align_big_heap(void) {
 static const fwt_section sections[] = {
   {"huge_fail_churn", t_huge_fail_churn},
   {"align_big", t_align_big},
+  {"align_big_size0", t_align_big_size0},
   {"align_big_remote", t_align_big_remote},
   {"align_big_heap", t_align_big_heap},
   {"_arena_many", t_arena_many},

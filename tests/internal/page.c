@@ -9,6 +9,7 @@
 #include "segment.h"
 #include "thread.h"
 #include "os.h"
+#include "front.h"
 #include <pthread.h>
 #include <sched.h>
 
@@ -405,12 +406,50 @@ static void t_page_full_delayed(void) {
   fw_heap_struct_free(heap);
 }
 
+/* A page that served blocks at an interior aligned offset leaves the free
+ * fast path (FW_PF_ALIGNED) only while its owner has such blocks out. */
+static void t_page_aligned_flag(void) {
+  fw_heap_t *heap = test_heap();
+  void *got[64];
+  size_t n = 0;
+  fw_page_t *pg = NULL;
+  /* 100 bytes at 256: the first block of a page is aligned already and is
+   * handed out plainly; the later ones are placed inside 355-byte blocks */
+  while (n < 64) {
+    void *p = fw_heap_malloc_aligned_ex(heap, 100, 256, false);
+    CHECK(p != NULL && ((uintptr_t)p & 255) == 0);
+    got[n++] = p;
+    fw_page_t *q = fw_ptr_page(p);
+    if ((void *)fw_page_block_start(q, p) != p && (fw_page_flags(q) & FW_PF_ALIGNED)) { pg = q; break; }
+  }
+  CHECK(pg != NULL && pg->aligned_live >= 1 && pg->tag == 0);
+  uint32_t interior = pg->aligned_live;
+  void *extra = fw_heap_malloc_aligned_ex(heap, 100, 256, false);
+  CHECK(extra != NULL);
+  bool extra_here = fw_ptr_page(extra) == pg && (void *)fw_page_block_start(pg, extra) != extra;
+  CHECK(pg->aligned_live == interior + (extra_here ? 1u : 0u));
+  if (extra_here) {
+    fw_free_generic(extra);
+    CHECK(pg->aligned_live == interior && (fw_page_flags(pg) & FW_PF_ALIGNED) && pg->tag == 0);
+  } else {
+    fw_free_generic(extra);
+  }
+  for (size_t i = 0; i < n; i++) fw_free_generic(got[i]);
+  /* the last interior block is back: frees take the fast path again
+   * (the page may have gone back to its segment if nothing else is live) */
+  if (!(fw_page_flags(pg) & FW_PF_UNUSED)) {
+    CHECK(pg->aligned_live == 0 && !(fw_page_flags(pg) & FW_PF_ALIGNED));
+  }
+  fw_heap_struct_free(heap);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"page_queue", t_page_queue},
     {"page_pop_push", t_page_pop_push},
     {"page_collect", t_page_collect},
     {"page_full_delayed", t_page_full_delayed},
+    {"page_aligned_flag", t_page_aligned_flag},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
