@@ -10,10 +10,20 @@
 /* The thread pointer: unique among live threads, stable for a thread's
  * life, read without a call (the free fast path compares it). A new thread
  * may get the pointer of one that has exited. */
+#if !defined(FW_SANITIZED) && (defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__))
+#define FW_SANITIZED 1
+#endif
+#if !defined(FW_SANITIZED) && defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define FW_SANITIZED 1
+#endif
+#endif
 FW_INLINE uintptr_t fw_thread_id(void) {
-#if defined(__x86_64__) && defined(__SEG_FS)
+#if defined(__x86_64__) && defined(__SEG_FS) && !defined(FW_SANITIZED)
   /* a plain load through the fs segment (word 0 of the thread block points
-   * to itself): the compiler may fold it into the compare that uses it */
+   * to itself): the compiler may fold it into the compare that uses it.
+   * UBSan takes it for a load through a null pointer: sanitizer builds
+   * (FW_SANITIZED) use the asm below. */
   return *(const uintptr_t __seg_fs *)0;
 #elif defined(__x86_64__)
   uintptr_t tp;
