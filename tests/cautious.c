@@ -75,31 +75,18 @@ static void announce_thread(void) { fprintf(stderr, "fwt-thread: %#lx\n", (unsig
 
 typedef void misuse_fn(void);
 
+/* The child: the misuse must not return. */
+static void run_misuse(void *arg) {
+  misuse_fn *const *fn = arg;
+  (*fn)();
+  fprintf(stderr, "fwt: the misuse was not stopped\n");
+  _exit(3);
+}
+
 /* Runs fn in a child; checks it was stopped by SIGABRT with one report that
  * names phrase (and the announced address). Returns the child's stderr. */
 static const char *expect(const char *name, misuse_fn *fn, const char *phrase) {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    alarm(120);
-    fn();
-    fprintf(stderr, "fwt: the misuse was not stopped\n");
-    _exit(3);
-  }
-  close(fds[1]);
-  size_t got = 0;
-  ssize_t k;
-  while (got < sizeof out - 1 && (k = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
-  out[got] = 0;
-  close(fds[0]);
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid);
+  int st = fwt_child(run_misuse, &fn, out, sizeof out);
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s: the child ended with status %#x, not SIGABRT; stderr:\n%s",
          name, st, out);
   const char *rep = strstr(out, "freeway: cautious mode: ");

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 fwt_std_api A;
@@ -145,6 +146,75 @@ void *fwt_scratch(size_t bytes) {
   return p;
 }
 void fwt_scratch_free(void *p, size_t bytes) { munmap(p, bytes); }
+
+/* ---- child processes --------------------------------------------------------- */
+int fwt_child(void (*fn)(void *), void *arg, char *out, size_t cap) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    /* kept across an exec */
+    alarm(120);
+    fn(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  char drop[512];
+  for (;;) {
+    bool keep = got + 1 < cap;
+    ssize_t k = keep ? read(fds[0], out + got, cap - 1 - got) : read(fds[0], drop, sizeof drop);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    if (keep) got += (size_t)k;
+  }
+  if (cap) out[got] = 0;
+  close(fds[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  return st;
+}
+
+typedef struct {
+  const char *section;
+  const char *const *set;
+} fwt_exec_args;
+
+static bool env_named(const char *var, const char *assignment) {
+  size_t n = strcspn(assignment, "=");
+  return strncmp(var, assignment, n) == 0 && var[n] == '=';
+}
+
+static void exec_self(void *arg) {
+  const fwt_exec_args *a = arg;
+  size_t n = 0, s = 0;
+  while (environ[n]) n++;
+  while (a->set && a->set[s]) s++;
+  /* allocated after the fork: the child's own allocator, whichever it is */
+  char **env = calloc(n + s + 1, sizeof *env);
+  if (!env) _exit(7);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool replaced = false;
+    for (size_t j = 0; j < s && !replaced; j++) replaced = env_named(environ[i], a->set[j]);
+    if (!replaced) env[m++] = environ[i];
+  }
+  for (size_t j = 0; j < s; j++) env[m++] = (char *)a->set[j];
+  env[m] = NULL;
+  char *argv[] = {program_invocation_short_name, (char *)a->section, NULL};
+  execve("/proc/self/exe", argv, env);
+  _exit(8);
+}
+
+int fwt_child_exec(const char *section, const char *const *set, char *out, size_t cap) {
+  fwt_exec_args a = {section, set};
+  return fwt_child(exec_self, &a, out, cap);
+}
 
 /* ---- binding the allocator ------------------------------------------------- */
 #if defined(FWT_STD)

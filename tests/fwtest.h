@@ -185,4 +185,19 @@ void fwt_stats(fw_stats_t *out);
 void *fwt_scratch(size_t bytes);
 void fwt_scratch_free(void *p, size_t bytes);
 
+/* ---- child processes ------------------------------------------------------- */
+/* Runs fn(arg) in a forked child whose stderr goes into out (at most cap - 1
+ * bytes kept, always NUL-terminated; the rest is read and dropped so that a
+ * talkative child cannot block) and returns its wait status. The child exits
+ * 0 if fn returns, and is killed by SIGALRM after 120 s, so that a hang fails
+ * the test rather than stalling it. stdio is flushed before the fork, so that
+ * nothing buffered is written twice. */
+int fwt_child(void (*fn)(void *), void *arg, char *out, size_t cap);
+/* Runs this program again in a child, with section as its argument and the
+ * environment of this process changed by set: each "NAME=value" replaces
+ * any NAME there. The environment is built in the child, with the child's
+ * own allocator. Exits 7 if that fails, 8 if the exec fails. Otherwise as
+ * fwt_child. */
+int fwt_child_exec(const char *section, const char *const *set, char *out, size_t cap);
+
 #endif

@@ -11,9 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-
 static void heap_stats(const fw_heap_t *h, fw_heap_stats_t *s) {
   memset(s, 0, sizeof *s);
   s->size = sizeof *s;
@@ -615,35 +612,9 @@ static void t_misuse_child(void) {
 }
 
 static void t_misuse(void) {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 2, sizeof *env); /* the child's own allocator, whichever it is */
-    if (!env) _exit(7);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (strncmp(environ[i], "FREEWAY_CAUTIOUS=", 17) != 0) env[m++] = environ[i];
-    env[m++] = "FREEWAY_CAUTIOUS=1";
-    env[m] = NULL;
-    char *argv[] = {"heap", "_misuse_child", NULL};
-    execve("/proc/self/exe", argv, env);
-    _exit(8);
-  }
-  close(fds[1]);
+  const char *const set[] = {"FREEWAY_CAUTIOUS=1", NULL};
   char out[4096];
-  size_t got = 0;
-  ssize_t k;
-  while ((k = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
-  out[got] = 0;
-  close(fds[0]);
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid);
+  int st = fwt_child_exec("_misuse_child", set, out, sizeof out);
   if (WIFEXITED(st)) {
     int code = WEXITSTATUS(st);
     CHECKF(code != 3, "FREEWAY_CAUTIOUS=1 did not set the cautious option");
@@ -651,7 +622,7 @@ static void t_misuse(void) {
            code, out);
   }
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child ended with status %#x", st);
-  CHECKF(got > 0, "cautious mode aborted without reporting the misuse");
+  CHECKF(out[0] != 0, "cautious mode aborted without reporting the misuse");
   fwt_log("misuse reported as: %.200s", out);
 }
 

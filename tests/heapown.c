@@ -11,9 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
-
-
 static void heap_stats(const fw_heap_t *h, fw_heap_stats_t *s) {
   memset(s, 0, sizeof *s);
   s->size = sizeof *s;
@@ -480,38 +477,10 @@ static void t_child(void) {
 /* Runs the child section with FREEWAY_CAUTIOUS=cautious; collects its
  * stderr into out. Returns the wait status. */
 static int run_child(const char *cautious, char *out, size_t cap) {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 2, sizeof *env);
-    if (!env) _exit(7);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (strncmp(environ[i], "FREEWAY_CAUTIOUS=", 17) != 0) env[m++] = environ[i];
-    static char var[32];
-    snprintf(var, sizeof var, "FREEWAY_CAUTIOUS=%s", cautious);
-    env[m++] = var;
-    env[m] = NULL;
-    char *argv[] = {"heapown", "_child", NULL};
-    execve("/proc/self/exe", argv, env);
-    _exit(8);
-  }
-  close(fds[1]);
-  size_t got = 0;
-  ssize_t k;
-  while (got < cap - 1 && (k = read(fds[0], out + got, cap - 1 - got)) > 0) got += (size_t)k;
-  out[got] = 0;
-  close(fds[0]);
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid);
-  return st;
+  char var[32];
+  snprintf(var, sizeof var, "FREEWAY_CAUTIOUS=%s", cautious);
+  const char *const set[] = {var, NULL};
+  return fwt_child_exec("_child", set, out, cap);
 }
 
 /* The heap address the child printed. */

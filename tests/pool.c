@@ -21,7 +21,6 @@
 
 #define MiB ((size_t)1 << 20)
 
-extern char **environ;
 
 static fw_pool_stats_t pool_stats(const fw_pool_t *pool) {
   fw_pool_stats_t s;
@@ -309,40 +308,12 @@ static void t_misuse_child(void) {
 /* Runs one case in a child (this program again, with the case and the mode
  * in its environment) and returns what it wrote to stderr. */
 static void run_misuse(const misuse_case *mc, bool cautious) {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 4, sizeof *env); /* the child's own allocator, whichever it is */
-    if (!env) _exit(7);
-    static char var[128];
-    snprintf(var, sizeof var, "FWT_POOL_MISUSE=%s", mc->name);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (strncmp(environ[i], "FREEWAY_CAUTIOUS=", 17) != 0 && strncmp(environ[i], "FWT_POOL_", 9) != 0)
-        env[m++] = environ[i];
-    env[m++] = cautious ? "FREEWAY_CAUTIOUS=1" : "FREEWAY_CAUTIOUS=0";
-    env[m++] = cautious ? "FWT_POOL_CAUTIOUS=1" : "FWT_POOL_CAUTIOUS=0";
-    env[m++] = var;
-    env[m] = NULL;
-    char *argv[] = {"pool", "_misuse_child", NULL};
-    execve("/proc/self/exe", argv, env);
-    _exit(8);
-  }
-  close(fds[1]);
+  char var[128];
+  snprintf(var, sizeof var, "FWT_POOL_MISUSE=%s", mc->name);
+  const char *const set[] = {cautious ? "FREEWAY_CAUTIOUS=1" : "FREEWAY_CAUTIOUS=0",
+                             cautious ? "FWT_POOL_CAUTIOUS=1" : "FWT_POOL_CAUTIOUS=0", var, NULL};
   char out[4096];
-  size_t got = 0;
-  ssize_t k;
-  while (got < sizeof out - 1 && (k = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)k;
-  out[got] = 0;
-  close(fds[0]);
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid);
+  int st = fwt_child_exec("_misuse_child", set, out, sizeof out);
   const char *mode = cautious ? "cautious mode" : "default mode";
   if (WIFEXITED(st)) {
     int code = WEXITSTATUS(st);
