@@ -49,11 +49,23 @@ FW_COLD static void *fw_new_cautious(size_t size, size_t alignment, unsigned for
   return p;
 }
 
+FW_COLD static void *fw_new_slow(size_t size, unsigned form) {
+  if (fw_cautious) return fw_new_cautious(size, 0, form);
+  return fw_malloc_slow(size, fw_tls_heap);
+}
+FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment) {
+  if (fw_cautious) fw_free_checked(p, how, size, alignment);
+  else fw_free_generic(p);
+}
+
+/* The plain forms test the option only when the fast path misses, which it
+ * always does in cautious mode (fast.h). */
 #define FW_NEW(name, form)                                                         \
   FW_HIDDEN void *name(size_t size);                                               \
   void *name(size_t size) {                                                        \
-    if (fw_unlikely(fw_cautious)) return fw_new_cautious(size, 0, form);           \
-    return fw_malloc_fast(size);                                                   \
+    void *p = fw_malloc_try_fast(size);                                            \
+    if (fw_likely(p != NULL)) return p;                                            \
+    return fw_new_slow(size, form);                                                \
   }
 #define FW_NEW_ALIGNED(name, form)                                                 \
   FW_HIDDEN void *name(size_t size, size_t alignment);                             \
@@ -70,11 +82,8 @@ FW_NEW_ALIGNED(fw_new_array_aligned_direct, FW_FORM_NEW_ARRAY)
 #define FW_DELETE(name, params, how, size, alignment)                               \
   FW_HIDDEN void name params;                                                      \
   FW_PROBING void name params {                                                    \
-    if (fw_unlikely(fw_cautious)) {                                           \
-      fw_free_checked(p, how, size, alignment);                                    \
-      return;                                                                      \
-    }                                                                              \
-    fw_free_fast(p);                                                               \
+    if (fw_likely(fw_free_try_fast(p))) return;                                    \
+    fw_delete_slow(p, how, size, alignment);                                       \
   }
 FW_DELETE(fw_delete_direct, (void *p), FW_FORM_NEW, 0, 0)
 FW_DELETE(fw_delete_array_direct, (void *p), FW_FORM_NEW_ARRAY, 0, 0)

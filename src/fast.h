@@ -25,6 +25,23 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
   return fw_malloc_slow(size, fw_tls_heap);
 }
 
+/* The hit halves of the two paths, for entry points whose miss does more
+ * (operator new and delete: cautious mode's form checks). In cautious mode
+ * neither can hit: direct[] names fw_page_empty and every page is flagged,
+ * so the option is tested on the miss only. */
+FW_INLINE void *fw_malloc_try_fast(size_t size) {
+  return fw_likely(size <= FW_DIRECT_MAX) ? fw_page_pop_fast(fw_tls_heap->direct[size]) : NULL;
+}
+FW_INLINE bool fw_free_try_fast(void *p) {
+  if (fw_unlikely(p == NULL)) return true;
+  fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
+  if (fw_likely(__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id())) {
+    if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
+    return true;
+  }
+  return false;
+}
+
 FW_INLINE void fw_free_fast(void *p) {
   if (fw_unlikely(p == NULL)) return;
   fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
