@@ -19,7 +19,7 @@
 #endif
 #endif
 FW_INLINE uintptr_t fw_thread_id(void) {
-#if defined(__x86_64__) && defined(__SEG_FS) && !defined(FW_SANITIZED)
+#if defined(__x86_64__) && defined(__SEG_FS) && !defined(__STRICT_ANSI__) && !defined(FW_SANITIZED)
   /* a plain load through the fs segment (word 0 of the thread block points
    * to itself): the compiler may fold it into the compare that uses it.
    * UBSan takes it for a load through a null pointer: sanitizer builds
