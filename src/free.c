@@ -52,6 +52,9 @@ void fw_free_generic(void *p) {
     return;
   }
   fw_segment_t *seg = fw_ptr_segment(p);
+  /* before anything else is read through the header (a redirect offset of
+   * a foreign mapping's bytes could point anywhere) */
+  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_block_check(seg, fw_ptr_slice(seg, p), p, p, "");
   /* A later slice of this thread's medium page: the descriptor there only
    * points back to the page, whose own tag says who owns it. */
   fw_page_t *slice = fw_ptr_slice(seg, p);
@@ -95,7 +98,7 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
   } else {
     size_t off = (size_t)((const uint8_t *)b - page->area);
     if ((const uint8_t *)b < page->area || off % page->block_size != 0 ||
-        off >= (size_t)page->capacity * page->block_size)
+        off >= (size_t)page->reserved * page->block_size)  /* capacity is the owner's, still moving */
       what = "free of a pointer inside a block";
   }
   if (fw_likely(what == NULL)) return;
