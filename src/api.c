@@ -41,8 +41,9 @@ FW_PROBING void fw_free_aligned_sized(void *p, size_t alignment, size_t size) {
 /* ---- operator new and delete (new_delete.cpp) ------------------------------
  * Hidden names, called directly rather than through the GOT as exported
  * (interposable) ones would be. Cautious mode records the form of each new
- * and checks each delete against it: the default mode pays one test of the
- * option per call. */
+ * and checks each delete against it; the default mode tests the option only
+ * when the fast path misses (fast.h), or, for the aligned forms of new, once
+ * per call. */
 FW_COLD static void *fw_new_cautious(size_t size, size_t alignment, unsigned form) {
   void *p = alignment ? fw_malloc_aligned(size, alignment) : fw_malloc(size);
   if (p) fw_check_set_form(p, form);
@@ -129,7 +130,7 @@ static void *fw_aligned(size_t size, size_t alignment) {
   /* Every block of 16 bytes or more is 16-aligned, every block 8-aligned:
    * small alignments are plain mallocs, fast path included. Cautious mode
    * records the alignment, so it takes the long way. */
-  if (fw_likely(alignment <= FW_MIN_ALIGN && alignment != 0 && fw_is_pow2(alignment)) && !fw_opt(CAUTIOUS))
+  if (fw_likely(alignment <= FW_MIN_ALIGN && alignment != 0 && fw_is_pow2(alignment)) && !fw_cautious)
     return fw_malloc_fast(size < alignment ? alignment : size);
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {

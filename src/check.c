@@ -573,8 +573,7 @@ void fw_check_pop(fw_page_t *page) {
   fw_blk_at(&k, page, (uint8_t *)head);
   /* the test fw_page_pop_checked makes, made first so that the damage is
    * told as what it is here: a write into a freed block */
-  uintptr_t t = head->link * fw_list_key_inv;
-  bool link_bad = FW_LINK_BAD(t) && (fw_block_t *)(t ^ (uintptr_t)head) != FW_LIST_END;
+  bool link_bad = fw_link_damaged(head);
   if (k.fresh && !link_bad) return;
   /* handed out and freed before in this page's life: it must still be as
    * its free left it */

@@ -3,8 +3,9 @@
  * never calls out of its translation unit. Design: see alloc.c.
  *
  * malloc fast path: size <= FW_DIRECT_MAX, and the page heap->direct[size]
- * names has a free block whose link passes its check (page.h). New threads and cautious mode point direct[] at
- * fw_page_empty, so they take the slow path without a test of their own.
+ * names has a free block whose link passes its check (page.h). New threads
+ * and cautious mode point direct[] at fw_page_empty, so they take the slow
+ * path without a test of their own.
  * free fast path: the block's slice descriptor carries this thread's id in
  * its tag, which fw_page_flags_set() keeps only while the page is owned by
  * the thread and has no flag (not full, not aligned, not a later slice of a
@@ -16,19 +17,11 @@
 #include "thread.h"
 #include "os.h"
 
-/* The TLS pointer is read only once the size is known to fit. */
-FW_INLINE void *fw_malloc_fast(size_t size) {
-  if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_block_t *b = fw_page_pop_fast(fw_tls_heap->direct[size]);
-    if (fw_likely(b != NULL)) return b;
-  }
-  return fw_malloc_slow(size, fw_tls_heap);
-}
-
-/* The hit halves of the two paths, for entry points whose miss does more
- * (operator new and delete: cautious mode's form checks). In cautious mode
- * neither can hit: direct[] names fw_page_empty and every page is flagged,
- * so the option is tested on the miss only. */
+/* The hit halves of the two paths; entry points whose miss does more
+ * (operator new and delete: cautious mode's form checks) use them directly.
+ * In cautious mode neither can hit: direct[] names fw_page_empty and every
+ * page is flagged, so such entry points test the option on the miss only.
+ * The TLS pointer is read only once the size is known to fit. */
 FW_INLINE void *fw_malloc_try_fast(size_t size) {
   return fw_likely(size <= FW_DIRECT_MAX) ? fw_page_pop_fast(fw_tls_heap->direct[size]) : NULL;
 }
@@ -42,14 +35,14 @@ FW_INLINE bool fw_free_try_fast(void *p) {
   return false;
 }
 
+FW_INLINE void *fw_malloc_fast(size_t size) {
+  void *b = fw_malloc_try_fast(size);
+  if (fw_likely(b != NULL)) return b;
+  return fw_malloc_slow(size, fw_tls_heap);
+}
+
 FW_INLINE void fw_free_fast(void *p) {
-  if (fw_unlikely(p == NULL)) return;
-  fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
-  if (fw_likely(__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id())) {
-    if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
-    return;
-  }
-  fw_free_generic(p);
+  if (fw_unlikely(!fw_free_try_fast(p))) fw_free_generic(p);
 }
 
 /* The thread's heap for an entry point that is not the fast path: NULL sends

@@ -157,7 +157,7 @@ void fw_page_collect(fw_page_t *page) {
   uint32_t n = 1;
   fw_block_t *tail = list;
   for (;;) {
-    uintptr_t t = tail->link * fw_list_key_inv;
+    uintptr_t t = fw_link_decode(tail);
     fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)tail);
     if (next == FW_LIST_END) break;
     if (fw_unlikely(FW_LINK_BAD(t))) fw_list_corrupt(page, tail, t);

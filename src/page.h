@@ -15,7 +15,8 @@
  * and below 4 MiB; FW_LINK_BAD tests all three with one subtract and one
  * mask. A word written by a use-after-free or an overflow into a free
  * neighbour decodes to noise (the multiply carries every changed bit into
- * the high bits) and passes with odds of about 2^-42; an immediate double
+ * the high bits) and passes with odds of 2^19 in 2^64 (2^-45; on 32-bit
+ * builds 2^19 in 2^32, 2^-13); an immediate double
  * free makes a block its own successor (t == 0); a free of a misaligned
  * pointer makes t misaligned. A list ends at fw_list_end, a block in no
  * segment, so the end fails the test too: the fast path needs one test for
@@ -33,10 +34,12 @@ FW_HIDDEN void fw_list_init(void);
 FW_INLINE uintptr_t fw_link_encode(const fw_block_t *b, const fw_block_t *next) {
   return ((uintptr_t)next ^ (uintptr_t)b) * fw_list_key;
 }
+/* t = next ^ b, the value FW_LINK_BAD tests. */
+FW_INLINE uintptr_t fw_link_decode(const fw_block_t *b) { return b->link * fw_list_key_inv; }
 /* The unchecked successor of b on a page list (walks of lists the owner
  * checks as it pops them). */
 FW_INLINE fw_block_t *fw_block_next(const fw_block_t *b) {
-  return (fw_block_t *)((b->link * fw_list_key_inv) ^ (uintptr_t)b);
+  return (fw_block_t *)(fw_link_decode(b) ^ (uintptr_t)b);
 }
 FW_INLINE void fw_block_set_next(fw_block_t *b, fw_block_t *next) { b->link = fw_link_encode(b, next); }
 
@@ -51,7 +54,7 @@ FW_HIDDEN __attribute__((noreturn)) void fw_list_corrupt(const fw_page_t *page, 
  * (the caller's slow path then calls fw_page_pop_checked). */
 FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
   fw_block_t *b = page->free;
-  uintptr_t t = b->link * fw_list_key_inv;
+  uintptr_t t = fw_link_decode(b);
   if (fw_unlikely(FW_LINK_BAD(t))) return NULL;
   page->used++;
   page->free = (fw_block_t *)((uintptr_t)b ^ t);
@@ -62,12 +65,18 @@ FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
 FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {
   fw_block_t *b = page->free;
   if (b == FW_LIST_END) return NULL;
-  uintptr_t t = b->link * fw_list_key_inv;
+  uintptr_t t = fw_link_decode(b);
   fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)b);
   if (fw_unlikely(FW_LINK_BAD(t)) && next != FW_LIST_END) fw_list_corrupt(page, b, t);
   page->free = next;
   page->used++;
   return b;
+}
+/* b's link fails its check and is not the list's end: what makes
+ * fw_page_pop_checked stop the process. */
+FW_INLINE bool fw_link_damaged(const fw_block_t *b) {
+  uintptr_t t = fw_link_decode(b);
+  return FW_LINK_BAD(t) && (fw_block_t *)(t ^ (uintptr_t)b) != FW_LIST_END;
 }
 /* Returns true when the page has no live block left. */
 FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
