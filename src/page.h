@@ -56,6 +56,7 @@ FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
   fw_block_t *b = page->free;
   uintptr_t t = fw_link_decode(b);
   if (fw_unlikely(FW_LINK_BAD(t))) return NULL;
+  FW_RESULT_REG(b);
   page->used++;
   page->free = (fw_block_t *)((uintptr_t)b ^ t);
   return b;
