@@ -196,6 +196,8 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool 
     if ((heap->slow_count & 4095) == 0) FW_VALIDATE_HEAP(heap);
   }
   if (fresh) *fresh = false;
+  /* the secure level's free mark is a block's second word */
+  if (fw_secure && size < 2 * sizeof(uintptr_t)) size = 2 * sizeof(uintptr_t);
   if (size > FW_MEDIUM_MAX) {
     if (size > PTRDIFF_MAX) return fw_enomem();
     void *p = fw_heap_large_malloc(heap, size, 0);
@@ -212,6 +214,7 @@ static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool 
   if (cautious) fw_check_pop(page);
   fw_block_t *b = fw_page_pop_checked(page);
   FW_ASSERT(b != NULL);
+  if (fw_secure) fw_block_take(page, b);
   if ((size > FW_DIRECT_MAX || cautious) && (uint8_t *)b >= page->fresh) {
     page->fresh = (uint8_t *)b + page->block_size;
     if (fresh) *fresh = page->is_zero;
@@ -229,6 +232,7 @@ static void *fw_malloc_aligned_plain(fw_heap_t *heap, size_t size, size_t align)
   if (size <= FW_MEDIUM_MAX) {
     void *p = fw_malloc_plain(heap, size);
     if (!p || ((uintptr_t)p & (align - 1)) == 0) return p;
+    if (fw_secure) fw_block_mark(p);
     fw_heap_free_local(fw_ptr_page(p), p);
   }
   if (align <= FW_MEDIUM_MAX && size + align - 1 <= FW_MEDIUM_MAX) {
@@ -318,7 +322,7 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     fw_page_t *page = heap->queues[fw_size_class(size)].first;
     uint64_t n = heap->slow_count + 1;
     if (page && fw_page_has_free(page) && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
-        !fw_opt(CAUTIOUS)) {
+        !fw_opt(CAUTIOUS) && !fw_secure) {
       heap->slow_count = n;
       fw_block_t *b = fw_page_pop_checked(page);
       if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;

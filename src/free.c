@@ -69,6 +69,7 @@ void fw_free_generic(void *p) {
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
   fw_block_check(seg, page, p, b, "double free");
+  if (fw_secure && page->kind != FW_KIND_LARGE && fw_unlikely(!fw_block_mark(b))) fw_block_report(seg, page, p, "double free");
   /* The owner frees the last interior block of its page: frees from the
    * page take the fast path again. Remote frees of such blocks do not
    * count down (the counter is the owner's), so the flag can only stay
@@ -87,7 +88,8 @@ void fw_free_generic(void *p) {
  * already). Whether a small block is on a free list already cannot be told
  * cheaply: a live block keeps the link it had while free until the program
  * writes its first word; the pop check (page.h) catches the list damage an
- * immediate double free makes, and cautious mode catches every one. */
+ * immediate double free makes; the secure level's free mark and cautious
+ * mode catch every one. */
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {
   const char *what = NULL;
   if (seg->cookie != fw_segment_cookie(seg)) what = "free of a pointer freeway did not hand out";
@@ -100,8 +102,14 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
     if ((const uint8_t *)b < page->area || off % page->block_size != 0 ||
         off >= (size_t)page->reserved * page->block_size)  /* capacity is the owner's, still moving */
       what = "free of a pointer inside a block";
+    else if (fw_secure && fw_block_marked(b))
+      what = freed;
   }
   if (fw_likely(what == NULL)) return;
+  fw_block_report(seg, page, p, what);
+}
+
+void fw_block_report(fw_segment_t *seg, const fw_page_t *page, const void *p, const char *what) {
   fw_message("%s: address %p, in a page of %zu-byte blocks (class %u) of thread %#lx; aborting\n", what, p,
              page->block_size, (unsigned)page->cls,
              (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed));

@@ -27,6 +27,9 @@ FW_HIDDEN void *fw_enomem(void);
  * block start); freed names what a block found free already means. */
 FW_HIDDEN void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b,
                               const char *freed);
+/* The report of fw_block_check: what happened to p, then abort. */
+FW_HIDDEN __attribute__((noreturn)) void fw_block_report(fw_segment_t *seg, const fw_page_t *page, const void *p,
+                                                         const char *what);
 
 /* The malloc fast path on a ready heap: pop the free list of the page that
  * direct[size] names. */

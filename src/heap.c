@@ -160,7 +160,8 @@ void fw_heap_page_empty(fw_page_t *page) {
 
 void fw_heap_free_local(fw_page_t *page, fw_block_t *b) {
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
-  if (fw_page_push(page, b)) {
+  /* the secure level's delayed reuse: the block waits on page->later */
+  if (fw_secure && page->kind != FW_KIND_LARGE ? fw_page_push_later(page, b) : fw_page_push(page, b)) {
     fw_heap_page_retire(heap, page);
     return;
   }
@@ -294,9 +295,44 @@ static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, vo
   }
 }
 
+/* Blocks freed but not yet folded into their page's local list count as
+ * free in every query: those other threads (or, at the secure level, the
+ * owner) pushed onto the page's remote list, and the first free into a full
+ * page, on the heap's delayed list. Only the owner empties either list, and
+ * the queries are the owner's, so the lists below their heads hold still. */
+static const fw_block_t *fw_xfree_first(const fw_page_t *pg) {
+  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
+  return x ? (const fw_block_t *)x : FW_LIST_END;
+}
+
+static size_t fw_xfree_count(const fw_page_t *pg) {
+  size_t n = 0;
+  for (const fw_block_t *b = fw_xfree_first(pg); b != FW_LIST_END && n <= pg->capacity; b = fw_block_next(b)) n++;
+  return n;
+}
+
+static const fw_block_t *fw_delayed_first(const fw_heap_t *heap) {
+  return atomic_load_explicit(&((fw_heap_t *)heap)->delayed, memory_order_acquire);
+}
+
+/* blk is on the page's remote list or the heap's delayed list. */
+static bool fw_freed_remotely(const fw_heap_t *heap, const fw_page_t *pg, const fw_block_t *blk) {
+  for (const fw_block_t *b = fw_xfree_first(pg); b != FW_LIST_END; b = fw_block_next(b))
+    if (b == blk) return true;
+  for (const fw_block_t *b = fw_delayed_first(heap); b; b = fw_delayed_next(b))
+    if (b == blk) return true;
+  return false;
+}
+
+typedef struct { fw_heap_stats_t *s; const fw_heap_t *heap; } fw_stats_ctx_t;
+
 static void fw_stats_page(const fw_page_t *pg, void *arg) {
-  fw_heap_stats_t *s = arg;
-  size_t live = fw_page_live(pg);
+  fw_stats_ctx_t *ctx = arg;
+  fw_heap_stats_t *s = ctx->s;
+  size_t live = fw_page_live(pg), x = fw_xfree_count(pg);
+  for (const fw_block_t *b = fw_delayed_first(ctx->heap); b; b = fw_delayed_next(b))
+    if (fw_ptr_page(b) == pg) x++;
+  live = x < live ? live - x : 0;
   s->blocks_live += live;
   s->bytes_live += live * pg->block_size;
   s->pages++;
@@ -305,55 +341,65 @@ static void fw_stats_page(const fw_page_t *pg, void *arg) {
 }
 
 void fw_heap_stats_of(fw_heap_t *heap, fw_heap_stats_t *s) {
-  fw_heap_walk(heap, fw_stats_page, s);
+  fw_stats_ctx_t ctx = {s, heap};
+  fw_heap_walk(heap, fw_stats_page, &ctx);
   if (s->bytes_live > heap->peak_bytes) heap->peak_bytes = s->bytes_live;
   s->bytes_peak = heap->peak_bytes;
 }
 
-/* Marks the blocks of a page that are free (local or remote list). */
-static void fw_page_free_map(const fw_page_t *pg, uint8_t *map, size_t n) {
+/* Marks the blocks of a page that are free (local, remote or delayed list). */
+static void fw_page_free_map(const fw_heap_t *heap, const fw_page_t *pg, uint8_t *map, size_t n) {
   memset(map, 0, (n + 7) / 8);
-  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
-  const fw_block_t *lists[2] = {pg->free, x ? (const fw_block_t *)x : FW_LIST_END};
-  for (int l = 0; l < 2; l++)
+  const fw_block_t *lists[3] = {pg->free, fw_xfree_first(pg), pg->later};
+  for (int l = 0; l < 3; l++)
     for (const fw_block_t *b = lists[l]; b != FW_LIST_END; b = fw_block_next(b)) {
       size_t i = (size_t)((const uint8_t *)b - pg->area) / pg->block_size;
       if (i < n) map[i / 8] |= (uint8_t)(1u << (i % 8));
     }
+  for (const fw_block_t *b = fw_delayed_first(heap); b; b = fw_delayed_next(b)) {
+    if (fw_ptr_page(b) != pg) continue;
+    size_t i = (size_t)((const uint8_t *)b - pg->area) / pg->block_size;
+    if (i < n) map[i / 8] |= (uint8_t)(1u << (i % 8));
+  }
 }
 
 bool fw_heap_contains_block(const fw_heap_t *heap, const void *p) {
   const fw_page_t *pg =
       fw_page_of_pointer(p, atomic_load_explicit(&((fw_heap_t *)heap)->thread_id, memory_order_relaxed));
   if (!pg || atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed) != heap) return false;
-  if (pg->kind == FW_KIND_LARGE) return pg->used > 0;
+  if (pg->kind == FW_KIND_LARGE) return pg->used > 0 && !fw_freed_remotely(heap, pg, (const fw_block_t *)pg->area);
   size_t i = (size_t)((const uint8_t *)p - pg->area) / pg->block_size;
   if (i >= pg->capacity) return false;
-  for (const fw_block_t *b = pg->free; b != FW_LIST_END; b = fw_block_next(b))
-    if ((const uint8_t *)b == pg->area + i * pg->block_size) return false;
-  return true;
+  const fw_block_t *blk = (const fw_block_t *)(pg->area + i * pg->block_size);
+  const fw_block_t *lists[2] = {pg->free, pg->later};
+  for (int l = 0; l < 2; l++)
+    for (const fw_block_t *b = lists[l]; b != FW_LIST_END; b = fw_block_next(b))
+      if (b == blk) return false;
+  return !fw_freed_remotely(heap, pg, blk);
 }
 
-typedef struct { fw_block_visitor_t *visit; void *arg; bool stop; } fw_visit_ctx_t;
+typedef struct { fw_block_visitor_t *visit; void *arg; bool stop; const fw_heap_t *heap; } fw_visit_ctx_t;
 
 static void fw_visit_page(const fw_page_t *pg, void *arg) {
   fw_visit_ctx_t *ctx = arg;
   if (ctx->stop) return;
   if (pg->kind == FW_KIND_LARGE) {
-    if (pg->used && !ctx->visit(pg->area, pg->block_size, ctx->arg)) ctx->stop = true;
+    if (pg->used && !fw_freed_remotely(ctx->heap, pg, (const fw_block_t *)pg->area) &&
+        !ctx->visit(pg->area, pg->block_size, ctx->arg))
+      ctx->stop = true;
     return;
   }
   uint8_t map[FW_SLICE_SIZE / 8 / 8 + 1];
   size_t n = pg->capacity;
   if (n > sizeof map * 8) n = sizeof map * 8;
-  fw_page_free_map(pg, map, n);
+  fw_page_free_map(ctx->heap, pg, map, n);
   for (size_t i = 0; i < n && !ctx->stop; i++)
     if (!(map[i / 8] & (1u << (i % 8))))
       if (!ctx->visit(pg->area + i * pg->block_size, pg->block_size, ctx->arg)) ctx->stop = true;
 }
 
 void fw_heap_visit_blocks(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) {
-  fw_visit_ctx_t ctx = {visit, arg, false};
+  fw_visit_ctx_t ctx = {visit, arg, false, heap};
   fw_heap_walk(heap, fw_visit_page, &ctx);
 }
 

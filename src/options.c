@@ -44,6 +44,7 @@ static bool fw_option_parse(const char *s, long *out) {
 }
 
 bool fw_cautious;
+bool fw_secure;
 
 void fw_options_init(void) {
   char var[64];
@@ -58,6 +59,7 @@ void fw_options_init(void) {
       fw_message("warning: ignoring %s=%s (not a number)\n", var, s);
   }
   fw_cautious = fw_opt(CAUTIOUS) != 0;
+  fw_secure = fw_opt(SECURE) != 0 && !fw_cautious;
 }
 
 static int fw_option_find(const char *name) {

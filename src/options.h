@@ -19,5 +19,8 @@ FW_HIDDEN void fw_options_print(int fd);
  * fw_options_init: the entry points that test it on every call (operator
  * new and delete, the sized frees) pay one compare with memory for it. */
 FW_HIDDEN extern bool fw_cautious;
+/* FREEWAY_SECURE without cautious mode (which checks all of it and more):
+ * the slow paths test it, the fast paths never run while it is set. */
+FW_HIDDEN extern bool fw_secure;
 
 #endif

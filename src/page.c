@@ -17,10 +17,10 @@
 #include "message.h"
 #include <string.h>
 
-fw_page_t fw_page_empty = {.free = &fw_list_end};
+fw_page_t fw_page_empty = {.free = &fw_list_end, .later = &fw_list_end};
 
 /* K = 1 until fw_list_init: no list exists before it. */
-uintptr_t fw_list_key = 1, fw_list_key_inv = 1;
+uintptr_t fw_list_key = 1, fw_list_key_inv = 1, fw_mark_key;
 fw_block_t fw_list_end;
 
 void fw_list_init(void) {
@@ -33,6 +33,19 @@ void fw_list_init(void) {
   FW_ASSERT(k * inv == 1);
   fw_list_key = k;
   fw_list_key_inv = inv;
+  fw_os_random(&fw_mark_key, sizeof fw_mark_key);
+}
+
+void fw_block_take(const fw_page_t *page, fw_block_t *b) {
+  if (fw_unlikely(!fw_block_marked(b))) {
+    fw_segment_t *seg = fw_page_segment(page);
+    fw_message("write to a freed block: address %p, in a page of %zu-byte blocks (class %u) of thread %#lx: "
+               "its free mark is gone (written after the free, or the block was on a free list twice); "
+               "aborting\n", (void *)b, page->block_size, (unsigned)page->cls,
+               (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed));
+    fw_os_abort();
+  }
+  atomic_store_explicit(fw_mark_word(b), 0, memory_order_relaxed);
 }
 
 void fw_list_corrupt(const fw_page_t *page, const fw_block_t *b, uintptr_t t) {
@@ -67,8 +80,9 @@ void fw_page_tables_init(void) {
 }
 
 static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
-  /* cautious mode keeps every slot empty so that all calls are checked */
-  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS)) return;
+  /* cautious mode and the secure level keep every slot empty so that all
+   * calls are checked */
+  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS) || fw_secure) return;
   for (size_t w = fw_direct_first[cls]; w < FW_DIRECT_SLOTS && fw_direct_cls[w] == cls; w++)
     heap->direct[w] = page;
 }
@@ -116,6 +130,8 @@ void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) 
  * one page of it, not the whole page of the class: the link word of each
  * carved block faults its first page in. Blocks of 4 KiB and more are carved
  * one at a time (their mallocs take the slow path anyway). */
+static void fw_page_extend_secure(fw_page_t *page, uint8_t *start, size_t n);
+
 static void fw_page_extend(fw_page_t *page) {
   size_t bs = page->block_size;
   size_t n = page->reserved - page->capacity;
@@ -123,11 +139,53 @@ static void fw_page_extend(fw_page_t *page) {
   if (max < 1) max = 1;
   if (n > max) n = max;
   uint8_t *start = page->area + (size_t)page->capacity * bs;
+  page->capacity += (uint32_t)n;
+  if (fw_secure) {
+    fw_page_extend_secure(page, start, n);
+    return;
+  }
   uint8_t *p = start;
   for (size_t i = 1; i < n; i++, p += bs) fw_block_set_next((fw_block_t *)p, (fw_block_t *)(p + bs));
   fw_block_set_next((fw_block_t *)p, page->free);
   page->free = (fw_block_t *)start;
-  page->capacity += (uint32_t)n;
+}
+
+/* The secure level carves the n blocks in an order drawn at random: from a
+ * random first block, a random step prime to n (a permutation, so every
+ * block is listed once), so that where the next blocks will be cannot be
+ * told from where the last ones were. Each carries the free mark. */
+static uint64_t fw_secure_rand(fw_heap_t *heap) {
+  uint64_t x = heap ? heap->rng : 0;
+  if (x == 0) fw_os_random(&x, sizeof x);
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;  /* xorshift64: never 0 from non-zero */
+  if (x == 0) x = 0x9e3779b97f4a7c15ull;
+  if (heap) heap->rng = x;
+  return x;
+}
+
+static size_t fw_gcd(size_t a, size_t b) {
+  while (b) { size_t t = a % b; a = b; b = t; }
+  return a;
+}
+
+static void fw_page_extend_secure(fw_page_t *page, uint8_t *start, size_t n) {
+  size_t bs = page->block_size;
+  FW_ASSERT(bs >= 2 * sizeof(uintptr_t));
+  uint64_t r = fw_secure_rand(atomic_load_explicit(&page->heap, memory_order_relaxed));
+  size_t first = (size_t)(r % n), step = 1;
+  if (n > 2) {
+    step = 1 + (size_t)((r >> 32) % (n - 1));
+    while (fw_gcd(step, n) != 1) step = step % (n - 1) + 1;
+  }
+  fw_block_t *head = (fw_block_t *)(start + first * bs), *b = head;
+  for (size_t i = 1, k = first; i <= n; i++) {
+    atomic_store_explicit(fw_mark_word(b), fw_free_mark(b), memory_order_relaxed);
+    k = (k + step) % n;
+    fw_block_t *next = i < n ? (fw_block_t *)(start + k * bs) : page->free;
+    fw_block_set_next(b, next);
+    b = next;
+  }
+  page->free = head;
 }
 
 void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size) {
@@ -137,6 +195,7 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->capacity = 0;
   page->reserved = (uint32_t)(span / block_size);
   page->free = FW_LIST_END;
+  page->later = FW_LIST_END;
   page->used = 0;
   page->aligned_live = 0;
   page->fresh = page->area;
@@ -169,6 +228,22 @@ void fw_page_collect(fw_page_t *page) {
   page->used -= n;
 }
 
+bool fw_page_push_later(fw_page_t *page, fw_block_t *b) {
+  fw_block_set_next(b, page->later);
+  page->later = b;
+  return --page->used == 0;
+}
+
+/* A page whose free list is used up takes what came back since: remote
+ * frees, then (secure level) the owner's frees set aside on later. */
+static void fw_page_refill(fw_page_t *page) {
+  fw_page_collect(page);
+  if (page->kind != FW_KIND_LARGE && !fw_page_has_free(page) && page->later != FW_LIST_END) {
+    page->free = page->later;
+    page->later = FW_LIST_END;
+  }
+}
+
 /* Marks a page (not in any list) full: remote frees now go to the heap. If
  * one slipped in first, the page is not full after all: returns false. */
 static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
@@ -183,7 +258,7 @@ static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
 
 void fw_page_to_full(fw_heap_t *heap, fw_page_t *page) {
   while (!fw_page_mark_full(heap, page)) {
-    fw_page_collect(page);
+    fw_page_refill(page);
     if (fw_page_has_free(page)) {
       fw_page_queue_push(heap, &heap->queues[page->cls], page);
       return;
@@ -208,7 +283,7 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   atomic_store_explicit(&page->heap, heap, memory_order_release);
   fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED));
   page->next = page->prev = NULL;
-  fw_page_collect(page);
+  fw_page_refill(page);
   if (page->used == 0) {
     fw_segment_page_free(heap->tld, page);
     return false;
@@ -245,7 +320,7 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   while (page) {
     FW_VALIDATE_PAGE(page);
     if (!fw_page_has_free(page)) {
-      fw_page_collect(page);
+      fw_page_refill(page);
       if (!fw_page_has_free(page) && page->capacity < page->reserved) fw_page_extend(page);
     }
     if (fw_page_has_free(page)) {
@@ -361,6 +436,7 @@ void fw_page_validate(const fw_page_t *pg) {
    * plus one while the page heads its queue */
   fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
   bool head = !(pg->flags & FW_PF_FULL) && heap && heap->queues[pg->cls].first == pg;
+  for (const fw_block_t *b = pg->later; b && b != FW_LIST_END; b = fw_block_next(b)) FW_ASSERT(++nfree <= pg->capacity);
   FW_ASSERT(nfree + pg->used - (head ? 1u : 0u) == pg->capacity);
 }
 

@@ -50,6 +50,29 @@ FW_HIDDEN fw_block_t *fw_delayed_next(const fw_block_t *b);
 /* Reports a link that failed its check, then aborts. */
 FW_HIDDEN __attribute__((noreturn)) void fw_list_corrupt(const fw_page_t *page, const fw_block_t *b, uintptr_t t);
 
+/* ---- the secure level's free mark -----------------------------------------
+ * With FREEWAY_SECURE (options.h: fw_secure) every free block of a small or
+ * medium page carries, in its second word, a mark computed from its address
+ * and two secrets. Setting it is the free's one atomic exchange: of two
+ * frees of one block, in any threads, exactly one sees the mark already
+ * there, so every double free is seen, however late. The mark is checked
+ * and cleared when the block is handed out again, so a block cannot leave a
+ * list twice, and a write into a freed block's second word is seen there.
+ * Blocks are at least two words in this level. */
+FW_HIDDEN extern uintptr_t fw_mark_key;
+FW_INLINE uintptr_t fw_free_mark(const fw_block_t *b) { return ((uintptr_t)b ^ fw_mark_key) * fw_list_key; }
+FW_INLINE _Atomic(uintptr_t) *fw_mark_word(fw_block_t *b) { return (_Atomic(uintptr_t) *)((uintptr_t *)b + 1); }
+FW_INLINE bool fw_block_marked(const fw_block_t *b) {
+  return atomic_load_explicit(fw_mark_word((fw_block_t *)b), memory_order_relaxed) == fw_free_mark(b);
+}
+/* Marks b free; false if it was free already (a double free). */
+FW_INLINE bool fw_block_mark(fw_block_t *b) {
+  return atomic_exchange_explicit(fw_mark_word(b), fw_free_mark(b), memory_order_relaxed) != fw_free_mark(b);
+}
+/* A block leaves its list: it must carry the mark (else it was written to
+ * while free, or was on the list twice); stops the process if not. */
+FW_HIDDEN void fw_block_take(const fw_page_t *page, fw_block_t *b);
+
 /* The fast pop: NULL if the list is empty or its head's link is damaged
  * (the caller's slow path then calls fw_page_pop_checked). */
 FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
@@ -96,6 +119,9 @@ FW_HIDDEN void fw_page_tables_init(void);
 FW_HIDDEN void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size);
 /* Folds the blocks other threads freed into the local free list. */
 FW_HIDDEN void fw_page_collect(fw_page_t *page);
+/* The secure level's free by the owner: onto page->later (see there).
+ * Returns true when the page has no live block left. */
+FW_HIDDEN bool fw_page_push_later(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN void fw_page_queue_push(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);
 FW_HIDDEN void fw_page_queue_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);
 FW_HIDDEN void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);

@@ -17,6 +17,10 @@
 
 uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
 
+/* Cautious mode and the secure level check every free: their pages carry a
+ * flag, which keeps the free fast path's one compare from matching. */
+static uint8_t fw_checked_flag(void) { return (fw_opt(CAUTIOUS) || fw_secure) ? FW_PF_CHECKED : 0; }
+
 static size_t fw_slot_bytes(const fw_segment_t *seg) {
   return (size_t)seg->page_slices * FW_SLICE_SIZE;
 }
@@ -148,7 +152,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
       seg->purged_mask = seg->free_mask & ~(uint64_t)1;
       fw_stat_sub(committed, (size_t)fw_popcount64(seg->purged_mask) * fw_slot_bytes(seg));
     }
-    uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
+    uint8_t pf = fw_checked_flag();
     for (size_t i = 0; i < FW_SLICES; i++) {
       fw_page_t *pg = &seg->pages[i];
       size_t off = i % seg->page_slices;
@@ -208,7 +212,7 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   pg->slices = seg->page_slices;
   pg->kind = seg->kind;
   pg->is_zero = is_zero;
-  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
+  fw_page_flags_set(pg, fw_checked_flag());
 }
 
 /* Takes the free slots in bits for a page: they are committed from now on. */
@@ -228,7 +232,7 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
 }
 
 static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
-  uint8_t pf = fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0;
+  uint8_t pf = fw_checked_flag();
   for (size_t k = from; k < to; k++) {
     page[k].slice_offset = (uint32_t)k;
     page[k].tag = 0;
@@ -266,7 +270,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
   pg->block_size = n * FW_SLICE_SIZE;
   pg->is_zero = is_zero;
   fw_span_redirect(pg, 1, n);
-  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
+  fw_page_flags_set(pg, fw_checked_flag());
   FW_VALIDATE_SEGMENT(seg);
   return pg;
 }
@@ -351,7 +355,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   pg->area = (uint8_t *)seg + offset;
   pg->block_size = seg->size - offset;
   pg->is_zero = is_zero;
-  fw_page_flags_set(pg, fw_opt(CAUTIOUS) ? FW_PF_CHECKED : 0);
+  fw_page_flags_set(pg, fw_checked_flag());
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
   if (sl != pg) {
     /* the block starts beyond the first slice: make that slice point back */

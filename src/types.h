@@ -79,6 +79,8 @@ struct fw_page_s {
                                     yet freed by the owner (the flag goes with the last) */
       uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed
                                     out (zero but for the link word if is_zero) */
+      fw_block_t *later;         /* FREEWAY_SECURE: the owner's frees, a list moved to
+                                    free only once free is used up (delayed reuse) */
     };
     uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
   };
@@ -140,6 +142,7 @@ struct fw_heap_s {
   fw_heap_t *pool_next;            /* free heap structs */
   size_t peak_bytes;               /* sampled by fw_heap_stats */
   uint64_t slow_count;
+  uint64_t rng;                    /* FREEWAY_SECURE: the carving order's state */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;

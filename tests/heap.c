@@ -665,11 +665,64 @@ static void t_idle(void) {
   X.heap_destroy(h);
 }
 
+/* ---- queries after frees by other threads ---------------------------------------
+ * Blocks another thread freed wait on their page's remote list (or, the first
+ * one into a full page, on the heap's delayed list) until the owner next
+ * needs them; the owner's queries must count them as free all the same. */
+typedef struct { void **p; size_t from, n, step; } qfree_job;
+
+static void *qfree(void *arg) {
+  qfree_job *j = arg;
+  for (size_t i = j->from; i < j->n; i += j->step) X.free(j->p[i]);
+  return NULL;
+}
+
+static void t_remote_query(void) {
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  /* 3000 blocks of 64 B fill whole pages (full pages route the first remote
+   * free to the heap), then mixed sizes */
+  enum { N = 4000 };
+  void **p = fwt_scratch(N * sizeof *p);
+  fwt_rng r;
+  fwt_rng_init(&r, 77);
+  for (size_t i = 0; i < N; i++) {
+    p[i] = X.heap_malloc(h, i < 3000 ? 64 : fwt_random_size(&r, 16 << 10));
+    CHECK(p[i] != NULL);
+  }
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == N, "blocks_live %zu, want %d", s.blocks_live, (int)N);
+  pthread_t t;
+  qfree_job j = {p, 0, N, 2};
+  CHECK(pthread_create(&t, NULL, qfree, &j) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  for (size_t i = 0; i < N; i++)
+    CHECKF(X.heap_contains(h, p[i]) == (i % 2 == 1), "block %zu (%p), %s by another thread: heap_contains says %d",
+           i, p[i], i % 2 ? "live" : "freed", (int)X.heap_contains(h, p[i]));
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == N / 2, "after another thread freed half: blocks_live %zu, want %d", s.blocks_live,
+         (int)(N / 2));
+  const void **seen = fwt_scratch(N * sizeof *seen);
+  visit_state v = {seen, 0, N, 0, true, h};
+  X.heap_visit(h, visitor, &v);
+  CHECKF(v.count == N / 2, "visited %zu blocks after another thread freed half, want %d", v.count, (int)(N / 2));
+  for (size_t i = 0; i < v.count && i < N; i++)
+    for (size_t k = 0; k < N; k += 2) CHECKF(seen[i] != p[k], "visited %p, freed by another thread", seen[i]);
+  for (size_t i = 1; i < N; i += 2) X.free(p[i]);
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == 0, "all freed: blocks_live %zu", s.blocks_live);
+  X.heap_destroy(h);
+  fwt_scratch_free(seen, N * sizeof *seen);
+  fwt_scratch_free(p, N * sizeof *p);
+}
+
 static const fwt_section sections[] = {
   {"basic", t_basic},
   {"calloc_realloc", t_calloc_realloc},
   {"stats", t_stats},
   {"visit", t_visit},
+  {"remote_query", t_remote_query},
   {"delete", t_delete},
   {"destroy", t_destroy},
   {"collect", t_collect},
