@@ -9,8 +9,11 @@
 #      through pkg-config and find_package),
 #   3b. the same tests again in cautious mode (FREEWAY_CAUTIOUS=1), but for
 #      the few that measure or assert what only the default mode does,
+#   3b'. the same tests again at the secure level (FREEWAY_SECURE=1), but for
+#      those that measure what only the default mode does,
 #   3c. the bad-input suite on the release build: every misuse in a child
-#      process, cautious and default mode (tests/badinput),
+#      process, in cautious mode, at the secure level and in the default
+#      mode (tests/badinput),
 #   4. build of everything with clang (-Werror) and its fw_* C tests,
 #   5. AddressSanitizer + UBSan build of the fw_* tests,
 #   6. ThreadSanitizer build of the multi-threaded tests,
@@ -24,7 +27,7 @@
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "layers release cautious badinput clang asan tsan m32 debug fuzz"),
+#   FW_TEST_STAGES (default "layers release cautious secure badinput clang asan tsan m32 debug fuzz"),
 #   FW_FUZZ_SECONDS (fuzzing time of the default mode, default 120; cautious
 #   mode gets half).
 set -uo pipefail
@@ -32,7 +35,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"layers release cautious badinput clang asan tsan m32 debug fuzz"}
+stages=${FW_TEST_STAGES:-"layers release cautious secure badinput clang asan tsan m32 debug fuzz"}
 log() { printf '\n==== %s\n' "$*"; }
 
 # ---- dependencies -----------------------------------------------------------
@@ -162,6 +165,8 @@ stage_release() {
 #   rss.*                   RSS and page-fault counts and purge timing (the
 #                           trailers and canaries touch memory, the
 #                           large-block cache is off);
+#   secure.*                the secure level's own tests (cautious mode,
+#                           which takes precedence, has no guard pages);
 #   heapown.collect_race, heapown.foreign_calls, heapown.dead_heap,
 #   heapstress.foreign      a heap call from a thread that does not own the
 #                           heap must be refused and the program go on;
@@ -171,8 +176,8 @@ stage_release() {
 #                           linked to the allocator's object files: no
 #                           cautious path runs in them, and some assert the
 #                           default mode's page flags.
-# (The bad-input suite has a stage of its own, in both modes.)
-cautious_exclude='^rss\.|^heapown\.(collect_race|foreign_calls|dead_heap)(\.preload)?$|^heapstress\.foreign(\.preload)?$|^internal\.'
+# (The bad-input suite has a stage of its own, in every mode.)
+cautious_exclude='^rss\.|^secure\.|^heapown\.(collect_race|foreign_calls|dead_heap)(\.preload)?$|^heapstress\.foreign(\.preload)?$|^internal\.'
 stage_cautious() {
   if [ ! -f build/CTestTestfile.cmake ]; then
     log "release build (gcc), for the cautious stage"
@@ -183,7 +188,28 @@ stage_cautious() {
   FREEWAY_CAUTIOUS=1 stage_exclude=$cautious_exclude run_ctest cautious build --timeout 900
 }
 
-# Every misuse case in a child process, in cautious and default mode, in the
+# The whole release suite at the secure level (FREEWAY_SECURE=1,
+# docs/hardening.md): it must never stop a correct program either. Left out:
+#   rss.*        RSS and page-fault counts (the large-block cache is off and
+#                freed blocks wait before reuse);
+#   big.realloc_place  a large block grows in place there; the secure level
+#                copies it instead, as its guard page ends the block's segment;
+#   internal.*   unit tests of the lower layers, which assert the default
+#                mode's page flags;
+#   badinput.*   they set the mode of each case themselves (stage badinput).
+secure_exclude='^rss\.|^big\.realloc_place|^internal\.|^badinput\.'
+stage_secure() {
+  if [ ! -f build/CTestTestfile.cmake ]; then
+    log "release build (gcc), for the secure stage"
+    build secure build cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
+      build secure build cmake --build build -j "$jobs" || return
+  fi
+  log "release tests at the secure level (FREEWAY_SECURE=1)"
+  FREEWAY_SECURE=1 stage_exclude=$secure_exclude run_ctest secure build --timeout 900
+}
+
+# Every misuse case in a child process, in cautious mode, at the secure
+# level and in the default mode, in the
 # three link flavours (tests/badinput). Known gaps are listed in the runner
 # and reported; a new failure, or a gap that closes, fails the stage.
 stage_badinput() {

@@ -73,6 +73,10 @@ void fw_os_unmap(void *p, size_t size) {
   if (p && size) munmap(p, size);
 }
 
+bool fw_os_guard(void *p, size_t size, bool guard) {
+  return mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE) == 0;
+}
+
 /* MADV_DONTNEED rather than MADV_FREE: RSS falls at once (users watch it) and
  * the memory reads as zero afterwards, which calloc relies on. It does not
  * split mappings, so purging keeps vm.max_map_count safe. It fails on locked

@@ -58,6 +58,9 @@ FW_HIDDEN void fw_os_init(void);
 FW_HIDDEN void *fw_os_map(size_t size, size_t align, size_t offset);
 /* Returns a whole mapping (or a page-aligned part of one) to the OS. */
 FW_HIDDEN void fw_os_unmap(void *p, size_t size);
+/* Makes the OS pages of [p, p + size) inaccessible (guard) or accessible
+ * again; false if the OS refused. Each guard splits its mapping. */
+FW_HIDDEN bool fw_os_guard(void *p, size_t size, bool guard);
 /* Gives the memory of [p, p + size) back to the OS and makes it read as
  * zero. True: every byte of the range now reads as zero, and the whole OS
  * pages inside it no longer count as resident (the partial pages at either

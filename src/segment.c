@@ -13,6 +13,7 @@
 #include "os.h"
 #include "options.h"
 #include "stats.h"
+#include "message.h"
 #include <string.h>
 
 uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
@@ -20,6 +21,19 @@ uint64_t fw_segment_cookie_key = 0x9e3779b97f4a7c15ull;
 /* Cautious mode and the secure level check every free: their pages carry a
  * flag, which keeps the free fast path's one compare from matching. */
 static uint8_t fw_checked_flag(void) { return (fw_opt(CAUTIOUS) || fw_secure) ? FW_PF_CHECKED : 0; }
+
+/* The secure level ends every segment with an inaccessible OS page, so that
+ * a write running off the end of the last block of a segment faults instead
+ * of reaching the next segment's header. Its slot's pages are that much
+ * shorter; spans never use the last slice; a large block's segment is made
+ * that much longer. */
+static size_t fw_guard_bytes(void) { return fw_secure ? fw_os_page_size() : 0; }
+
+static void fw_segment_guard(fw_segment_t *seg, bool guard) {
+  size_t g = fw_guard_bytes();
+  if (g && !fw_os_guard((uint8_t *)seg + seg->size - g, g, guard) && guard)
+    fw_message("warning: no guard page for the segment at %p (mprotect refused)\n", (void *)seg);
+}
 
 static size_t fw_slot_bytes(const fw_segment_t *seg) {
   return (size_t)seg->page_slices * FW_SLICE_SIZE;
@@ -30,6 +44,7 @@ static uint8_t *fw_slot_area(fw_segment_t *seg, size_t i, size_t *size) {
   uint8_t *start = (uint8_t *)seg + i * fw_slot_bytes(seg);
   size_t n = fw_slot_bytes(seg);
   if (i == 0) { start += FW_SEGMENT_HEADER; n -= FW_SEGMENT_HEADER; }
+  if (i + 1 == seg->pages_total) n -= fw_guard_bytes();
   *size = n;
   return start;
 }
@@ -145,6 +160,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
     /* spans start on a slice boundary (64 KiB aligned): slot 0, which holds
      * the header, serves none */
     if (kind == FW_KIND_SPAN) seg->free_mask &= ~(uint64_t)1;
+    if (kind == FW_KIND_SPAN && fw_guard_bytes()) seg->free_mask &= ~((uint64_t)1 << (FW_SLICES - 1));
     seg->dirty_mask = *is_zero ? 0 : seg->free_mask;
     if (*is_zero && arena) {
       /* The arena counted the whole chunk; its untouched page slots are not
@@ -161,6 +177,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
       pg->tag = 0;
     }
   }
+  fw_segment_guard(seg, true);
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);
   fw_stat_add(segments, 1);
@@ -178,6 +195,7 @@ static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+  if (!seg->direct) fw_segment_guard(seg, false);  /* the arena hands the chunks out again */
   if (seg->direct) {
     fw_stat_sub(reserved, seg->size);
     fw_stat_sub(committed, seg->size);
@@ -342,7 +360,9 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   /* a block of size 0 still needs a byte of its own: at a 4 MiB alignment
    * it would otherwise start at the segment's end, on the next one's header */
   if (size == 0) size = 1;
-  size_t chunks = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
+  size_t guard = fw_guard_bytes();
+  if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE - guard) return NULL;
+  size_t chunks = (offset + size + guard + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   bool is_zero;
   fw_segment_t *seg = fw_segment_new(tld, FW_KIND_LARGE, chunks, align, offset, &is_zero);
   if (!seg) return NULL;
@@ -353,7 +373,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   pg->kind = FW_KIND_LARGE;
   pg->slices = FW_SLICES;
   pg->area = (uint8_t *)seg + offset;
-  pg->block_size = seg->size - offset;
+  pg->block_size = seg->size - offset - guard;
   pg->is_zero = is_zero;
   fw_page_flags_set(pg, fw_checked_flag());
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
@@ -370,7 +390,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
  * copied at every step, and its old chunks freed right below the new ones. */
 bool fw_segment_large_grow(fw_page_t *page, size_t size) {
   fw_segment_t *seg = fw_page_segment(page);
-  if (seg->kind != FW_KIND_LARGE || seg->direct) return false;
+  if (seg->kind != FW_KIND_LARGE || seg->direct || fw_guard_bytes()) return false;
   size_t offset = (size_t)(page->area - (uint8_t *)seg);
   if (size <= page->block_size || size > FW_ARENA_MAX_CHUNKS * FW_SEGMENT_SIZE - offset) return false;
   size_t n = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
@@ -383,7 +403,7 @@ bool fw_segment_large_grow(fw_page_t *page, size_t size) {
 
 bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
   fw_segment_t *seg = fw_page_segment(page);
-  if (seg->kind != FW_KIND_LARGE) return false;
+  if (seg->kind != FW_KIND_LARGE || fw_guard_bytes()) return false;
   size_t offset = (size_t)(page->area - (uint8_t *)seg);
   size_t n = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   if (n == 0 || n >= seg->chunks) return false;

@@ -11,7 +11,7 @@
  * judges that against the table.
  *
  * Lines a case writes to stderr for the runner (write(2), no allocation):
- *   fwt-mode: cautious|default   the mode the allocator says it is in
+ *   fwt-mode: cautious|secure|default   the mode the allocator says it is in
  *   fwt-addr: 0x...              an address a report may name (several:
  *                                any of them will do)
  *   fwt-note: base-unmapped      the 4 MiB-aligned base below the pointer
@@ -963,7 +963,7 @@ static void (*chosen)(void);
 
 static void run_case(void) {
   cautious = X.option_get("cautious") == 1;
-  say("fwt-mode: %s\n", cautious ? "cautious" : "default");
+  say("fwt-mode: %s\n", cautious ? "cautious" : X.option_get("secure") == 1 ? "secure" : "default");
   bind_pool();
   chosen();
 }

@@ -2,13 +2,13 @@
 """The bad-input suite of freeway.
 
 Runs each case of misuse.c (one misuse of the allocator per case) in a
-child process, in cautious mode (FREEWAY_CAUTIOUS=1) and in the default
-mode, and judges what happened against SPEC below: the outcome freeway owes
+child process, in cautious mode (FREEWAY_CAUTIOUS=1), at the secure level
+(FREEWAY_SECURE=1) and in the default mode, and judges what happened against SPEC below: the outcome freeway owes
 each misuse in each mode. The report phrases are those of freeway's misuse
 vocabulary; a report must name one of the phrases its row allows and, where
 the case knows it, the address (`address 0x...`).
 
-    run_badinput.py --exe PROGRAM [--preload LIB] [--mode cautious|default|both]
+    run_badinput.py --exe PROGRAM [--preload LIB] [--mode cautious|secure|default|all]
                     [--group G]... [--case C]... [--timeout SECONDS] [--markdown]
     run_badinput.py --markdown              the expectations, as Markdown
     run_badinput.py --exe PROGRAM --check-table "group;group;..."
@@ -263,9 +263,13 @@ def stop(*phrases, by=None):
 
 
 class Row:
-    def __init__(self, case, group, misuse, cautious, default):
+    """secure: what the secure level owes, where it is more than the
+    default mode's outcome (which it owes otherwise)."""
+
+    def __init__(self, case, group, misuse, cautious, default, secure=None):
         self.case, self.group, self.misuse = case, group, misuse
-        self.expect = {"cautious": as_tuple(cautious), "default": as_tuple(default)}
+        self.expect = {"cautious": as_tuple(cautious), "default": as_tuple(default),
+                       "secure": as_tuple(secure if secure is not None else default)}
 
 
 def as_tuple(e):
@@ -274,7 +278,8 @@ def as_tuple(e):
 
 # ---- THE SPECIFICATION -----------------------------------------------------------
 # One row per case: what the case does, the outcome owed in cautious mode,
-# the outcome owed in the default mode (a tuple: any one of them).
+# the outcome owed in the default mode (a tuple: any one of them), and where
+# the secure level owes more, its outcome.
 SPEC = [
     # Double frees. Default mode: an immediate one of a small block is stopped
     # by the next malloc of its size, one of a block > 128 KiB at the second
@@ -288,35 +293,47 @@ SPEC = [
     Row("double_free_now_1m", "double_free", "free(p) twice in a row, 1 MiB",
         stop(DOUBLE), stop(DOUBLE, by="second_free")),
     Row("double_free_later_32", "double_free", "free(p), other frees of the size, free(p), 32 B",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_later_1k", "double_free", "free(p), other frees of the size, free(p), 1 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_later_64k", "double_free", "free(p), other frees of the size, free(p), 64 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_later_1m", "double_free", "free(p), other frees of the size, free(p), 1 MiB",
         stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
     Row("double_free_xthread_32", "double_free", "allocated on thread A, freed twice on B, 32 B",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_xthread_1k", "double_free", "allocated on thread A, freed twice on B, 1 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_xthread_64k", "double_free", "allocated on thread A, freed twice on B, 64 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_xthread_1m", "double_free", "allocated on thread A, freed twice on B, 1 MiB",
         stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
     Row("double_free_split_32", "double_free", "freed on thread A (the owner), then on B, 32 B",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_split_1k", "double_free", "freed on thread A (the owner), then on B, 1 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_split_64k", "double_free", "freed on thread A (the owner), then on B, 64 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_split_1m", "double_free", "freed on thread A (the owner), then on B, 1 MiB",
         stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
     Row("double_free_remote_owner_32", "double_free", "freed on thread B, then on A (the owner), 32 B",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_remote_owner_1k", "double_free", "freed on thread B, then on A (the owner), 1 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_remote_owner_64k", "double_free", "freed on thread B, then on A (the owner), 64 KiB",
-        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(DOUBLE, by="second_free")),
     Row("double_free_remote_owner_1m", "double_free", "freed on thread B, then on A (the owner), 1 MiB",
         stop(DOUBLE), (stop(DOUBLE, CORRUPT), SAME_BLOCK)),
 
@@ -327,9 +344,11 @@ SPEC = [
     Row("free_p1", "bad_pointer", "free(p + 1) of a live 64 B block",
         stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
     Row("free_p16", "bad_pointer", "free(p + 16) of a live 64 B block",
-        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
+        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN),
+        secure=stop(INSIDE)),
     Row("free_interior", "bad_pointer", "free(p + 512) of a live 1000 B block",
-        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
+        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN),
+        secure=stop(INSIDE)),
     Row("free_interior_1m", "bad_pointer", "free(p + 300 KiB + 48) of a live 1 MiB block",
         stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
     Row("free_stack", "bad_pointer", "free of a stack address",
@@ -375,9 +394,11 @@ SPEC = [
 
     # Calls on a freed block.
     Row("realloc_freed_inplace", "freed_block", "realloc(p, 80) of a freed 100 B block",
-        stop(FREED_CALL), (stop(FREED_CALL, DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(FREED_CALL), (stop(FREED_CALL, DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(FREED_CALL)),
     Row("realloc_freed_move", "freed_block", "realloc(p, 100000) of a freed 100 B block",
-        stop(FREED_CALL), (stop(FREED_CALL, DOUBLE, CORRUPT), SAME_BLOCK)),
+        stop(FREED_CALL), (stop(FREED_CALL, DOUBLE, CORRUPT), SAME_BLOCK),
+        secure=stop(FREED_CALL)),
     Row("realloc_freed_1m", "freed_block", "realloc(p, 3 MiB) of a freed 1 MiB block",
         stop(FREED_CALL), (stop(FREED_CALL, DOUBLE, CORRUPT), SAME_BLOCK)),
     Row("usable_freed", "freed_block", "malloc_usable_size of a freed 100 B block",
@@ -432,7 +453,7 @@ SPEC = [
         POSIX, POSIX),
 ]
 
-MODES = ("cautious", "default")
+MODES = ("cautious", "secure", "default")
 
 
 # ---- running ----------------------------------------------------------------
@@ -446,6 +467,7 @@ def run_case(exe, case, mode, preload, timeout):
     if preload:
         env["LD_PRELOAD"] = preload
     env["FREEWAY_CAUTIOUS"] = "1" if mode == "cautious" else "0"
+    env["FREEWAY_SECURE"] = "1" if mode == "secure" else "0"
     try:
         r = subprocess.run([exe, case], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            timeout=timeout, preexec_fn=no_core)
@@ -494,8 +516,9 @@ def md_escape(s):
 
 
 def markdown_spec(rows):
-    table = ["| case | group | misuse | cautious mode (FREEWAY_CAUTIOUS=1) | default mode |",
-             "|---|---|---|---|---|"]
+    table = ["| case | group | misuse | cautious mode (FREEWAY_CAUTIOUS=1) | secure level (FREEWAY_SECURE=1) "
+             "| default mode |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         cells = [r.case, r.group, r.misuse] + ["; or ".join(e.long() for e in r.expect[m]) for m in MODES]
         table.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
@@ -520,9 +543,10 @@ def markdown_spec(rows):
 # them as failures.
 _LATER_DF = ("default mode: a double free that is not immediate (or whose second free is the owner's "
              "local free) goes onto the page's list unseen; telling it would cost the free fast path a load "
-             "and a compare of every block's first word (cautious mode catches it)")
+             "and a compare of every block's first word (the secure level and cautious mode catch it)")
 _INTERIOR = ("default mode: a free at a 16-byte multiple inside a small block passes the free fast path "
-             "(one compare of the slice's tag) and the pop check (8-aligned, same segment)")
+             "(one compare of the slice's tag) and the pop check (8-aligned, same segment); the secure level and "
+             "cautious mode stop it")
 KNOWN_GAPS = {
     ("double_free_later_32", "default"): _LATER_DF,
     ("double_free_later_1k", "default"): _LATER_DF,
@@ -544,7 +568,7 @@ def main():
     ap.add_argument("--strict", action="store_true", help="count the known gaps (KNOWN_GAPS) as failures")
     ap.add_argument("--exe", help="the misuse program (misuse, misuse-std or misuse-static)")
     ap.add_argument("--preload", help="LD_PRELOAD for the cases (misuse-std: libfreeway.so)")
-    ap.add_argument("--mode", choices=("cautious", "default", "both"), default="both")
+    ap.add_argument("--mode", choices=("cautious", "secure", "default", "all"), default="all")
     ap.add_argument("--group", action="append", default=[])
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=10.0,
@@ -579,7 +603,7 @@ def main():
         print("the program has no case " + ", ".join(missing))
         return 2
 
-    modes = MODES if a.mode == "both" else (a.mode,)
+    modes = MODES if a.mode == "all" else (a.mode,)
     results = []
     for r in rows:
         for m in modes:
