@@ -164,6 +164,15 @@
  *   fast path that faults on a pointer whose segment base is not mapped is
  *   reported by a fault handler (os.c). The malloc and free fast paths pay
  *   nothing for it.
+ *
+ * SECURE LEVEL (FREEWAY_SECURE=1, docs/hardening.md)
+ *   The same two switches (flagged pages, empty direct[]) send every call to
+ *   the slow path, without trailers: a free is checked as any slow-path
+ *   free is (fw_block_check) and sets the block's keyed free mark with one
+ *   atomic exchange, which tells every double free (page.h); a block handed
+ *   out again must carry the mark. The owner's frees wait on page->later
+ *   until the free list is used up (delayed reuse), fresh blocks are carved
+ *   in a random order, and a guard page ends every segment (segment.c).
  */
 #include "front.h"
 #include "check.h"
@@ -316,15 +325,18 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     fw_block_t *b = fw_page_pop_checked(heap->direct[size]);
     if (b) return b;
   }
-  /* Blocks above the direct table (1 KiB .. 128 KiB): the head page of the
-   * class queue, when it has a free block and nothing else is due. */
-  if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX) {
-    fw_page_t *page = heap->queues[fw_size_class(size)].first;
+  /* Blocks above the direct table (1 KiB .. 128 KiB), and at the secure
+   * level all small and medium blocks: the head page of the class queue,
+   * when it has a free block and nothing else is due. */
+  if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX || (fw_secure && size <= FW_MEDIUM_MAX)) {
+    size_t cls = fw_size_class(fw_secure && size < 2 * sizeof(uintptr_t) ? 2 * sizeof(uintptr_t) : size);
+    fw_page_t *page = heap->queues[cls].first;
     uint64_t n = heap->slow_count + 1;
     if (page && fw_page_has_free(page) && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
-        !fw_opt(CAUTIOUS) && !fw_secure) {
+        !fw_opt(CAUTIOUS)) {
       heap->slow_count = n;
       fw_block_t *b = fw_page_pop_checked(page);
+      if (fw_secure) fw_block_take(page, b);
       if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
       return b;
     }
