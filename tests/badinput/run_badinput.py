@@ -575,6 +575,8 @@ def main():
                     help="seconds a case may take (default 10; they take well under one)")
     ap.add_argument("--markdown", action="store_true",
                     help="without --exe: the expectations; with it: the outcomes, as Markdown")
+    ap.add_argument("--by-case", action="store_true",
+                    help="with --exe --markdown: one row per case, the outcome in each mode side by side")
     ap.add_argument("--check-table", metavar="GROUPS",
                     help="check that the program, the table and these ';'-separated groups agree")
     a = ap.parse_args()
@@ -620,7 +622,18 @@ def main():
                 print("%-30s %-8s %-6s observed: %s\n%-45s expected: %s" %
                       (r.case, m, verdict, obs, "", exp), flush=True)
 
-    if a.markdown:
+    if a.markdown and a.by_case:
+        # one row per case, a column per mode: what happened, and a mark
+        # where that is not what the mode owes
+        print("| case | misuse | " + " | ".join(modes) + " |")
+        print("|---|---|" + "---|" * len(modes))
+        cells = {}
+        for r, m, o, ok, gap in results:
+            mark = "" if ok else (" (known gap)" if gap else " **(FAIL)**")
+            cells[(r.case, m)] = md_escape(o.summary()) + mark
+        for r in rows:
+            print("| %s | %s | %s |" % (r.case, md_escape(r.misuse), " | ".join(cells[(r.case, m)] for m in modes)))
+    elif a.markdown:
         print("| case | mode | observed | expected | |")
         print("|---|---|---|---|---|")
         for r, m, o, ok, gap in results:
