@@ -12,6 +12,10 @@
 
 #include "freeway.h"
 
+#if FW_CXX_LATE
+#include <unwind.h>
+#endif
+
 // Hidden entries of api.c: called directly, and delete jumps straight into
 // the free fast path. In cautious mode they record the form of each new
 // (new or new[]) and check each delete against it, with the size and the
@@ -49,12 +53,75 @@ inline void *fw_cxx_try_aligned(std::size_t size, std::size_t alignment, bool ar
   return array ? fw_new_array_aligned_direct(size, alignment) : fw_new_aligned_direct(size, alignment);
 }
 
+#if FW_CXX_LATE
+// libfreeway.so does not depend on the C++ runtime: a C program that
+// preloads it does not map libstdc++ (about 1.4 MB of resident pages, and
+// its start-up). The runtime's entry points the failure paths need are
+// looked up in the process when an allocation first fails: a program that
+// calls operator new has its C++ runtime loaded by then (libstdc++ and
+// libc++abi both export these names). The nothrow forms catch what a
+// new_handler throws: their catch clause needs the runtime's personality
+// routine and catch functions, which this file defines as hidden
+// forwarders to the runtime's own (the failure path fills them in before
+// any handler runs, so they are set whenever an exception can reach them).
+extern "C" FW_CXX_HIDDEN void *fw_os_symbol(const char *name);
+extern "C" FW_CXX_HIDDEN void fw_message(const char *fmt, ...);
+extern "C" FW_CXX_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
+
+typedef _Unwind_Reason_Code fw_personality_fn(int, _Unwind_Action, _Unwind_Exception_Class, struct _Unwind_Exception *,
+                                              struct _Unwind_Context *);
+struct fw_cxx_runtime {
+  std::new_handler (*get_new_handler)() noexcept;
+  void (*throw_bad_alloc)();
+  fw_personality_fn *personality;
+  void *(*begin_catch)(void *) noexcept;
+  void (*end_catch)();
+  void (*terminate)() noexcept;
+  bool loaded;
+};
+fw_cxx_runtime fw_cxx_rt;
+
+template <typename F> void fw_cxx_lookup(F &f, const char *name) { f = reinterpret_cast<F>(fw_os_symbol(name)); }
+
+void fw_cxx_load() noexcept {
+  if (__atomic_load_n(&fw_cxx_rt.loaded, __ATOMIC_ACQUIRE)) return;
+  fw_cxx_lookup(fw_cxx_rt.get_new_handler, "_ZSt15get_new_handlerv");
+  fw_cxx_lookup(fw_cxx_rt.throw_bad_alloc, "_ZSt17__throw_bad_allocv");
+  fw_cxx_lookup(fw_cxx_rt.personality, "__gxx_personality_v0");
+  fw_cxx_lookup(fw_cxx_rt.begin_catch, "__cxa_begin_catch");
+  fw_cxx_lookup(fw_cxx_rt.end_catch, "__cxa_end_catch");
+  fw_cxx_lookup(fw_cxx_rt.terminate, "_ZSt9terminatev");
+  __atomic_store_n(&fw_cxx_rt.loaded, true, __ATOMIC_RELEASE);
+}
+
+std::new_handler fw_cxx_get_new_handler() noexcept {
+  fw_cxx_load();
+  return fw_cxx_rt.get_new_handler ? fw_cxx_rt.get_new_handler() : nullptr;
+}
+
+// Called for the nothrow forms only once a handler exists, i.e. once the
+// runtime is known to be there; a handler that throws and no catch machinery
+// to stop it cannot be told from a runtime that is missing.
+bool fw_cxx_can_catch() noexcept { return fw_cxx_rt.personality && fw_cxx_rt.begin_catch && fw_cxx_rt.end_catch; }
+
+[[noreturn]] void fw_cxx_throw_bad_alloc() {
+  fw_cxx_load();
+  if (fw_cxx_rt.throw_bad_alloc) fw_cxx_rt.throw_bad_alloc();
+  fw_message("operator new: out of memory, and no C++ runtime in the process to throw std::bad_alloc; aborting\n");
+  fw_os_abort();
+}
+#else
+std::new_handler fw_cxx_get_new_handler() noexcept { return std::get_new_handler(); }
+bool fw_cxx_can_catch() noexcept { return true; }
+[[noreturn]] void fw_cxx_throw_bad_alloc() { throw std::bad_alloc(); }
+#endif
+
 FW_CXX_COLD void *fw_cxx_new_fail(std::size_t size, bool array) {
   size = fw_cxx_nonzero(size);
   for (;;) {
-    std::new_handler handler = std::get_new_handler();
+    std::new_handler handler = fw_cxx_get_new_handler();
     if (handler == nullptr)
-      throw std::bad_alloc();
+      fw_cxx_throw_bad_alloc();
     handler();
     if (void *p = fw_cxx_try(size, array))
       return p;
@@ -64,27 +131,33 @@ FW_CXX_COLD void *fw_cxx_new_fail(std::size_t size, bool array) {
 FW_CXX_COLD void *fw_cxx_new_aligned_fail(std::size_t size, std::size_t alignment, bool array) {
   size = fw_cxx_nonzero(size);
   for (;;) {
-    std::new_handler handler = std::get_new_handler();
+    std::new_handler handler = fw_cxx_get_new_handler();
     if (handler == nullptr)
-      throw std::bad_alloc();
+      fw_cxx_throw_bad_alloc();
     handler();
     if (void *p = fw_cxx_try_aligned(size, alignment, array))
       return p;
   }
 }
 
+// The nothrow forms return nullptr where the others throw, and stop what a
+// new_handler throws (std::bad_alloc, or anything: nothing may leave them).
 FW_CXX_COLD void *fw_cxx_new_nothrow_fail(std::size_t size, bool array) noexcept {
+  if (fw_cxx_get_new_handler() == nullptr || !fw_cxx_can_catch())
+    return nullptr;
   try {
     return fw_cxx_new_fail(size, array);
-  } catch (const std::bad_alloc &) {
+  } catch (...) {
     return nullptr;
   }
 }
 
 FW_CXX_COLD void *fw_cxx_new_aligned_nothrow_fail(std::size_t size, std::size_t alignment, bool array) noexcept {
+  if (fw_cxx_get_new_handler() == nullptr || !fw_cxx_can_catch())
+    return nullptr;
   try {
     return fw_cxx_new_aligned_fail(size, alignment, array);
-  } catch (const std::bad_alloc &) {
+  } catch (...) {
     return nullptr;
   }
 }
@@ -178,3 +251,27 @@ FW_CXX_API void operator delete(void *p, std::size_t size, std::align_val_t alig
 FW_CXX_API void operator delete[](void *p, std::size_t size, std::align_val_t alignment) noexcept {
   fw_delete_array_sized_aligned_direct(p, size, fw_cxx_align(alignment));
 }
+
+#if FW_CXX_LATE
+// The forwarders the nothrow forms' catch clauses use (see fw_cxx_load).
+// The compiler's own declarations of these names are not hidden, so the
+// library's version script (src/libfreeway.map) keeps them local: they
+// serve this library's own frames only.
+extern "C" {
+_Unwind_Reason_Code __gxx_personality_v0(int version, _Unwind_Action actions,
+                                                       _Unwind_Exception_Class cls, struct _Unwind_Exception *e,
+                                                       struct _Unwind_Context *ctx) {
+  return fw_cxx_rt.personality(version, actions, cls, e, ctx);
+}
+void *__cxa_begin_catch(void *e) noexcept { return fw_cxx_rt.begin_catch(e); }
+void __cxa_end_catch() { fw_cxx_rt.end_catch(); }
+}
+// clang's catch clauses in noexcept functions call std::terminate when
+// something escapes them.
+namespace std {
+void terminate() noexcept {
+  if (fw_cxx_rt.terminate) fw_cxx_rt.terminate();
+  fw_os_abort();
+}
+} // namespace std
+#endif

@@ -73,6 +73,8 @@ void fw_os_unmap(void *p, size_t size) {
   if (p && size) munmap(p, size);
 }
 
+void *fw_os_symbol(const char *name) { return dlsym(RTLD_DEFAULT, name); }
+
 bool fw_os_guard(void *p, size_t size, bool guard) {
   return mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE) == 0;
 }

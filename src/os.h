@@ -56,6 +56,9 @@ FW_HIDDEN void fw_os_init(void);
  * counting against overcommit (MAP_NORESERVE); pages are backed as they are
  * touched. NULL when the OS refuses. */
 FW_HIDDEN void *fw_os_map(size_t size, size_t align, size_t offset);
+/* The address of a symbol of the process (any loaded object in the global
+ * scope), or NULL. */
+FW_HIDDEN void *fw_os_symbol(const char *name);
 /* Returns a whole mapping (or a page-aligned part of one) to the OS. */
 FW_HIDDEN void fw_os_unmap(void *p, size_t size);
 /* Makes the OS pages of [p, p + size) inaccessible (guard) or accessible

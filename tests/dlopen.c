@@ -4,7 +4,10 @@
  * glibc keeps; if it grew past that, dlopen would fail with "cannot
  * allocate memory in static TLS block". The library is opened RTLD_LOCAL,
  * so the program's own malloc stays the system's, and the fw_* API is used
- * from several threads, including ones that exit while holding blocks. */
+ * from several threads, including ones that exit while holding blocks.
+ * Loading it must not bring in the C++ runtime: a C program that preloads
+ * freeway would map libstdc++ for nothing (operator new's failure path
+ * finds the runtime when it needs it, new_delete.cpp). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -61,6 +64,13 @@ int main(void) {
   }
   for (size_t i = 0; i < N; i++) fw_free_p(handoff[T - 1][i]);
   fw_free_p(p);
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (maps) {
+    char line[512];
+    while (fgets(line, sizeof line, maps))
+      if (strstr(line, "libstdc++") || strstr(line, "libc++")) fail("loading freeway mapped a C++ runtime", line);
+    fclose(maps);
+  }
   /* the program's own malloc is untouched by an RTLD_LOCAL load */
   void *q = malloc(64);
   free(q);
