@@ -46,6 +46,7 @@ REPO = os.path.dirname(HERE)
 PEERS = [
     ("system", None),
     ("freeway", "@build"),
+    ("freeway-cautious", "@build"),
     ("jemalloc", "libjemalloc.so.2"),
     ("tcmalloc", "libtcmalloc_minimal.so.4"),
     ("mimalloc", "libmimalloc.so.2"),
@@ -57,6 +58,15 @@ PEERS = [
 ]
 ALLOC_NAMES = [n for n, _ in PEERS]
 BUILT_PEERS = [n for n, lib in PEERS if lib == "@peers"]
+# Environment an allocator's runs get on top of the runner's, and the cautious
+# mode (fw_option_get("cautious")) its library must then report.
+ALLOC_ENV = {"freeway-cautious": {"FREEWAY_CAUTIOUS": "1"}}
+FREEWAY_MODE = {"freeway": 0, "freeway-cautious": 1}
+# Run only by the experiments that name them in extra_allocs, or when asked
+# for with --alloc: cautious mode is a checking tool, hundreds of times slower
+# than the default mode, and the speed experiment reports what it costs.
+OPT_IN_ALLOCS = {"freeway-cautious"}
+DEFAULT_ALLOCS = [n for n in ALLOC_NAMES if n not in OPT_IN_ALLOCS]
 # freeway's targets are stated against the newest mimalloc release.
 NEWEST_MIMALLOC = "mimalloc3"
 
@@ -165,6 +175,8 @@ class RunResult:
 def run_program(argv, preload=None, env_extra=None, timeout=600.0, want_json=True):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    # Only the freeway-cautious column turns the mode on (ALLOC_ENV).
+    env.pop("FREEWAY_CAUTIOUS", None)
     if preload:
         env["LD_PRELOAD"] = preload
     if env_extra:
@@ -321,8 +333,9 @@ class Experiment:
     full_reps = 0               # repetitions of the full pass if not the default
     quick_scale = 0.05
     trimmed_mean = False
+    extra_allocs = ()           # opt-in allocators (OPT_IN_ALLOCS) this experiment runs by default
 
-    def notes(self, summary, labels, alloc_names):
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
         """Extra Markdown lines after the experiment's tables."""
         return []
 
@@ -342,9 +355,12 @@ class Speed(Experiment):
     seed = "000_19b1555fca47c325.txt"
     what = ("T threads x M operations; an operation frees a random block of the thread's window of live "
             "blocks and allocates one of a random size from 256 B to the range's top. CPU usage is "
-            "(user+sys)/(wall x cores), as in the seed.")
+            "(user+sys)/(wall x cores), as in the seed. As the seed's x86 table, freeway runs in both its "
+            "modes: 'freeway' is the default (fast) mode, 'freeway-cautious' the same library with "
+            "FREEWAY_CAUTIOUS=1 (every block checked, docs/cautious.md).")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
     quick_scale = 0.15
+    extra_allocs = ("freeway-cautious",)
     TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
              (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
 
@@ -357,6 +373,46 @@ class Speed(Experiment):
             out.append(Case(label, [binpath("speed"), "--threads", t, "--ops", ops, "--min", 256, "--max", top],
                             x=t, seed_key=seed_key))
         return out
+
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
+        if "freeway-cautious" not in alloc_names:
+            return []
+        x86 = ((seeds or {}).get(self.name) or {}).get("x86", {})
+        scols, srows = x86.get("columns", []), x86.get("rows", {})
+
+        def seed_ms(key, col):
+            vals = srows.get(key)
+            return vals[scols.index(col)] if vals and col in scols else None
+
+        rows = []
+        for l, c in zip(labels, cases):
+            fast, slow = med(summary, l, "freeway", self.metric), med(summary, l, "freeway-cautious", self.metric)
+            sysv = med(summary, l, "system", self.metric)
+            crt, s_slow, s_fast = (seed_ms(c.seed_key, k) for k in ("CRT ms", "NEW cautious ms", "NEW fast ms"))
+            rows.append([l, cell_stat(summary.get((l, "freeway")), self.metric),
+                         cell_stat(summary.get((l, "freeway-cautious")), self.metric),
+                         "**%s**" % fmt_ratio(ratio(slow, fast)), fmt_ratio(ratio(slow, sysv)),
+                         "-" if crt is None else "%g" % crt, "-" if s_fast is None else "%g" % s_fast,
+                         "-" if s_slow is None else "%g" % s_slow, fmt_ratio(ratio(s_slow, s_fast)),
+                         fmt_ratio(ratio(s_slow, crt))])
+        lines = ["**Cautious mode against the default (fast) mode**, %s, median [min-max]; the seed's x86 "
+                 "(32-bit) figures at the seed's scale, on its hardware, where it timed both modes:" % self.metric_label,
+                 "", md_table(["case", "freeway (fast)", "freeway-cautious", "cautious / fast",
+                               "cautious / system", "seed x86: CRT", "seed x86: fast", "seed x86: cautious",
+                               "seed: cautious / fast", "seed: cautious / CRT"], rows), ""]
+        # Every run says which mode it measured (bench_json_fw_mode).
+        checks = []
+        for a, want in sorted(FREEWAY_MODE.items()):
+            seen = [summary.get((l, a), {}).get("fw_cautious") for l in labels]
+            n = sum(st["n"] for st in seen if st)
+            right = sum(st["n"] for st in seen if st and st["min"] == st["max"] == want)
+            runs = sum(summary.get((l, a), {}).get("ok", 0) for l in labels)
+            if runs:
+                checks.append("%s: %d of %d runs reported fw_cautious = %d" % (a, right, runs, want)
+                              + ("" if right == n == runs else " (MISMATCH: %d reported)" % n))
+        lines += ["Mode check, from each run's own report (fw_option_get(\"cautious\") in the benchmark "
+                  "process): " + "; ".join(checks) + ".", ""]
+        return lines
 
 
 class Frag(Experiment):
@@ -479,7 +535,7 @@ class Scaled(Experiment):
     def cases(self, binpath, scale, full):
         return self.sweep(binpath, (1, 2, 4, 8, 16), "{t}T", "--work", scaled(10000000, scale))
 
-    def notes(self, summary, labels, alloc_names):
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
         # With the total work fixed, throughput at T threads is 1/time(T).
         rows = []
         for a in alloc_names:
@@ -990,14 +1046,15 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         elif lib == "@build":
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
-                notes.append("freeway: %s not found (build the library first); skipped" % rel(path))
+                notes.append("%s: %s not found (build the library first); skipped" % (name, rel(path)))
                 continue
         else:
             path = find_library(lib)
             if not path:
                 notes.append("%s: %s not found on this system; skipped" % (name, lib))
                 continue
-        r = run_program([whoami], preload=path, timeout=30)
+        env = ALLOC_ENV.get(name, {})
+        r = run_program([whoami], preload=path, env_extra=env, timeout=30)
         if not r.ok:
             notes.append("%s: test run failed (%s); skipped" % (name, r.error))
             continue
@@ -1013,13 +1070,25 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
             notes.append("%s: the live mimalloc says version %s, its build %s; skipped"
                          % (name, r.data.get("mi_version"), peer.get("upstream_version")))
             continue
+        mode = None
+        if name in FREEWAY_MODE:
+            # The option as the library reads it, and behaviour only cautious
+            # mode has (malloc_usable_size is the requested size there).
+            want = FREEWAY_MODE[name]
+            got, usable = r.data.get("fw_cautious"), r.data.get("usable_of_10")
+            if got != want or (usable == 10) != (want == 1):
+                notes.append("%s: expected cautious mode %d, the library reports %s (malloc_usable_size of a "
+                             "10-byte block: %s); skipped" % (name, want, got, usable))
+                continue
+            mode = "%s (fw_option_get(\"cautious\") = %d, malloc_usable_size(malloc(10)) = %s)" % (
+                "cautious" if want else "default", got, usable)
         if path:
             pkg, ver = package_version(path)
         else:
             pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
             if not pkg:
                 pkg, ver = "libc6", platform.libc_ver()[1]
-        if name == "freeway":
+        if lib == "@build":
             pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
                 "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
         built = None
@@ -1031,6 +1100,10 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
                        "lib": (rel(path) if not os.path.isabs(rel(path)) else os.path.basename(path))
                        if path else "(none: C library)",
                        "package": pkg, "version": ver, "malloc_from": provider})
+        if env:
+            allocs[-1]["env"] = dict(env)
+        if mode:
+            allocs[-1]["mode"] = mode
         if built:
             allocs[-1]["built_from"] = built
     return allocs
@@ -1054,7 +1127,7 @@ def run_timed(exp, cases, allocs, reps, timeout, progress, records):
                     progress.step("%s %s (skip)" % (exp.name, a["name"]))
                     continue
                 argv = [str(x) for x in case.argv]
-                r = run_program(argv, preload=a["path"], env_extra=case.env, timeout=timeout)
+                r = run_program(argv, preload=a["path"], env_extra=run_env(case, a), timeout=timeout)
                 rec = {"exp": exp.name, "case": case.label, "group": case.group, "x": case.x,
                        "alloc": a["name"], "rep": rep, "ok": r.ok, "error": r.error,
                        "run_wall_ms": round(r.wall_ms, 3), "run_maxrss_kb": r.maxrss_kb,
@@ -1067,9 +1140,16 @@ def run_timed(exp, cases, allocs, reps, timeout, progress, records):
                 progress.step("%s %s %s" % (exp.name, case.label, a["name"]))
 
 
-def callgrind_count(argv, preload, timeout):
+def run_env(case, alloc):
+    """A run's extra environment: the case's, then the allocator's."""
+    env = dict(case.env)
+    env.update(alloc.get("env", {}))
+    return env
+
+
+def callgrind_count(argv, preload, timeout, env=None):
     vg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    r = run_program(vg + argv, preload=preload, timeout=timeout, want_json=False)
+    r = run_program(vg + argv, preload=preload, env_extra=env, timeout=timeout, want_json=False)
     m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
     if not r.ok or not m:
         # The program's own words, not valgrind's summary, say why it stopped.
@@ -1095,8 +1175,8 @@ def run_fastpath(exp, cases, allocs, full, timeout, progress, records, notes):
     def work(job):
         case, a = job
         argv = [str(x) for x in case.argv]
-        c1, e1 = callgrind_count(argv + [str(n1)], a["path"], timeout)
-        c2, e2 = callgrind_count(argv + [str(n2)], a["path"], timeout)
+        c1, e1 = callgrind_count(argv + [str(n1)], a["path"], timeout, run_env(case, a))
+        c2, e2 = callgrind_count(argv + [str(n2)], a["path"], timeout, run_env(case, a))
         return case, a, c1, c2, e1 or e2
 
     workers = max(1, min(len(os.sched_getaffinity(0)), 4))
@@ -1185,7 +1265,7 @@ def med(summary, case, alloc, metric):
 def best_peer(summary, case, alloc_names, metric):
     best = None
     for a in alloc_names:
-        if a == "freeway":
+        if a in FREEWAY_MODE:
             continue
         v = med(summary, case, a, metric)
         if v is not None and (best is None or v < best[1]):
@@ -1313,7 +1393,7 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     if snote:
         lines.append("Seed context: " + snote)
         lines.append("")
-    lines += exp.notes(summary, labels, alloc_names)
+    lines += exp.notes(summary, labels, alloc_names, cases=cases, seeds=seeds)
     if plot_file:
         lines.append("![%s](%s)" % (exp.name, os.path.join(plots_dir_rel, plot_file)))
         lines.append("")
@@ -1372,7 +1452,7 @@ def report_fastpath(exp, labels, summary, alloc_names):
 FASTPATH_GOALS = [("pair 64B", 0.45), ("ring 64B", 0.75), ("ring 1KiB", 0.75)]
 
 
-COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green", "tcmalloc": "tab:red",
+COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "freeway-cautious": "saddlebrown", "jemalloc": "tab:green", "tcmalloc": "tab:red",
            "mimalloc": "tab:purple", "tbb": "tab:brown", "mimalloc3": "tab:pink", "mimalloc2": "tab:gray",
            "snmalloc": "tab:olive", "rpmalloc": "tab:cyan"}
 
@@ -1441,7 +1521,8 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir, metric=None, metric_
                 hi.append(st["max"] - st["median"])
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=a, color=COLOURS.get(a),
-                            linewidth=2.2 if a == "freeway" else 1.2)
+                            linewidth=2.2 if a in FREEWAY_MODE else 1.2,
+                            linestyle="--" if a == "freeway-cautious" else "-")
                 drawn = True
         ax.set_title(g or exp.name, fontsize=10)
         ax.set_xlabel(exp.xlabel)
@@ -1505,8 +1586,14 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
             md.append("- %s: %s" % (k, meta[k]))
     md.append("")
     md.append(md_table(["allocator", "library", "package", "version", "malloc provided by"],
-                       [[a["name"], a["lib"], a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
+                       [[a["name"], a["lib"] + "".join(" with %s=%s" % kv for kv in sorted(a.get("env", {}).items())),
+                         a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
     md.append("")
+    moded = [a for a in allocs_info if a.get("mode")]
+    if moded:
+        md.append("freeway's mode, as the library reported it under the runner's environment before the runs: "
+                  + "; ".join("%s: %s" % (a["name"], a["mode"]) for a in moded) + ".")
+        md.append("")
     built = [a for a in allocs_info if a.get("built_from")]
     if built:
         md.append("Built from the sources of the crates pinned in `bench/peers/versions.txt` by "
@@ -1534,10 +1621,13 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         em = exp_meta.get(exp.name, {})
         cases = [Case(**c) for c in em.get("cases", [])]
         summary = summarise(recs, exp)
+        # Columns for the allocators this experiment ran (opt-in ones only where they did).
+        ran = {r["alloc"] for r in recs}
+        exp_allocs = [a for a in alloc_names if a in ran]
         r = {"newest": [], "best": [], "mimalloc": []}
         for c in cases:
             fw = med(summary, c.label, "freeway", exp.metric)
-            bp = best_peer(summary, c.label, alloc_names, exp.metric)
+            bp = best_peer(summary, c.label, exp_allocs, exp.metric)
             r["newest"].append(ratio(fw, med(summary, c.label, NEWEST_MIMALLOC, exp.metric)))
             r["best"].append(ratio(fw, bp[1]) if bp else None)
             r["mimalloc"].append(ratio(fw, med(summary, c.label, "mimalloc", exp.metric)))
@@ -1548,13 +1638,13 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
                                  st.get("max", ""), s["ok"], s["runs"], s.get("skipped") or "",
                                  "; ".join(e for e in s["errors"] if e)])
         cases_for_report = cases
-        plot_file = make_plots(exp, cases_for_report, summary, alloc_names, plots_dir)
-        extra_plot_files = [f for f in (make_plots(exp, cases_for_report, summary, alloc_names, plots_dir, m, ml)
+        plot_file = make_plots(exp, cases_for_report, summary, exp_allocs, plots_dir)
+        extra_plot_files = [f for f in (make_plots(exp, cases_for_report, summary, exp_allocs, plots_dir, m, ml)
                                         for m, ml in exp.extra_plots) if f]
         index.append("- [%s](#%s) %s%s" % (exp.name, anchor("%s: %s%s" % (
             exp.name, exp.title, (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload")),
             exp.title, (" (seed `%s`)" % exp.seed) if exp.seed else ""))
-        md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
+        md_sections += report_experiment(exp, cases_for_report, summary, exp_allocs, seeds, "plots", plot_file, em)
         for f in extra_plot_files:
             md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
     if "freeway" in alloc_names:
@@ -1622,7 +1712,11 @@ def main():
             else:
                 where = "(C library)" if lib is None else (
                     os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
-            print("  %-10s %s" % (n, rel(where)))
+            extra = "".join(" %s=%s" % kv for kv in sorted(ALLOC_ENV.get(n, {}).items()))
+            if n in OPT_IN_ALLOCS:
+                extra += " (by default only in: %s)" % (
+                    ", ".join(e.name for e in EXPERIMENTS if n in e.extra_allocs) or "none")
+            print("  %-16s %s%s" % (n, rel(where), extra))
         return 0
 
     only = [x for x in args.only.split(",") if x]
@@ -1630,14 +1724,21 @@ def main():
     for x in only + skip:
         if x not in EXP_BY_NAME:
             ap.error("unknown experiment %r (have: %s)" % (x, ", ".join(EXP_BY_NAME)))
-    default_allocs = ALLOC_NAMES
+    default_allocs = DEFAULT_ALLOCS
     if os.environ.get("FW_BENCH_NO_PEERS") == "1":
-        default_allocs = [n for n in ALLOC_NAMES if n not in BUILT_PEERS]
-    wanted_allocs = [x for x in args.alloc.split(",") if x] or default_allocs
-    for x in wanted_allocs:
+        default_allocs = [n for n in default_allocs if n not in BUILT_PEERS]
+    explicit_allocs = [x for x in args.alloc.split(",") if x]
+    for x in explicit_allocs:
         if x not in ALLOC_NAMES:
             ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))
     exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip]
+
+    def exp_alloc_names(e):
+        """The allocators experiment e runs: --alloc's, or the default set plus
+        the opt-in ones the experiment names."""
+        return explicit_allocs or default_allocs + [n for n in e.extra_allocs if n not in default_allocs]
+
+    wanted_allocs = [n for n in ALLOC_NAMES if any(n in exp_alloc_names(e) for e in exps)]
     reps = args.reps or (5 if full else 3)
     timeout = args.timeout or (1800 if full else 300)
     partial = bool(only or skip or args.alloc)
@@ -1666,11 +1767,12 @@ def main():
     for e in exps:
         scale = args.scale or (1.0 if full else e.quick_scale)
         cases = e.cases(binpath, scale, full)
-        plan.append((e, cases, scale))
+        e_allocs = [a for a in allocs if a["name"] in exp_alloc_names(e)]
+        plan.append((e, cases, scale, e_allocs))
         if e.name == "fastpath":
-            total += len(cases) * len(allocs)
+            total += len(cases) * len(e_allocs)
         else:
-            total += len(cases) * len(allocs) * exp_reps(e, reps, bool(args.reps), full)
+            total += len(cases) * len(e_allocs) * exp_reps(e, reps, bool(args.reps), full)
     meta = machine_info()
     meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
     print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
@@ -1682,25 +1784,27 @@ def main():
     if partial and not args.no_merge and os.path.exists(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
             old = json.load(f)
-        rerun = {e.name for e, _, _ in plan}
-        names = {a["name"] for a in allocs}
-        records = [r for r in old.get("records", []) if r["exp"] not in rerun or r["alloc"] not in names]
+        rerun = {e.name: {a["name"] for a in ea} for e, _, _, ea in plan}
+        # ("-": fastpath's allocator-free loop count, re-measured with the experiment)
+        records = [r for r in old.get("records", []) if r["alloc"] not in rerun.get(r["exp"], ())
+                   and not (r["alloc"] == "-" and r["exp"] in rerun)]
         exp_meta = {k: v for k, v in old.get("experiments", {}).items()}
         known = {a["name"] for a in allocs_info}
         allocs_info += [a for a in old.get("allocators", []) if a["name"] not in known]
         allocs_info.sort(key=lambda a: ALLOC_NAMES.index(a["name"]))
         notes = list(dict.fromkeys(old.get("notes", []) + notes))
         meta["merged_from_earlier_runs"] = True
-        for e, _, _ in plan:
-            if e.name in exp_meta and set(wanted_allocs) != set(ALLOC_NAMES):
+        for e, _, _, e_allocs in plan:
+            if e.name in exp_meta and {a["name"] for a in e_allocs} != set(
+                    DEFAULT_ALLOCS + [n for n in e.extra_allocs if n not in DEFAULT_ALLOCS]):
                 earlier = exp_meta[e.name]
                 exp_meta[e.name] = dict(earlier)
                 exp_meta[e.name]["partial_reruns"] = earlier.get("partial_reruns", []) + [
-                    {"date": meta["date"], "allocs": [a["name"] for a in allocs],
+                    {"date": meta["date"], "allocs": [a["name"] for a in e_allocs],
                      "freeway_commit": meta["freeway_commit"]}]
 
     progress = Progress(total)
-    for e, cases, scale in plan:
+    for e, cases, scale, e_allocs in plan:
         started = time.monotonic()
         reruns = exp_meta.get(e.name, {}).get("partial_reruns")
         first = exp_meta.get(e.name, {}) if reruns else {}
@@ -1711,9 +1815,9 @@ def main():
         if reruns:
             exp_meta[e.name]["partial_reruns"] = reruns
         if e.name == "fastpath":
-            run_fastpath(e, cases, allocs, full, timeout, progress, records, notes)
+            run_fastpath(e, cases, e_allocs, full, timeout, progress, records, notes)
         else:
-            run_timed(e, cases, allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records)
+            run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records)
         exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
