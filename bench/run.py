@@ -2,7 +2,8 @@
 """Runs freeway's benchmark suite against the system allocator and the peer
 allocators, all swapped in with LD_PRELOAD over the same binaries.
 
-    python3 bench/run.py                    # quick pass (a few minutes)
+    python3 bench/run.py                    # quick pass (about 10 minutes on 2 cores)
+    python3 bench/run.py --only frag32      # the 32-bit experiment (needs BUILD/m32)
     python3 bench/run.py --full             # the seeds' own scale
     python3 bench/run.py --only speed,pools --alloc freeway,mimalloc
     python3 bench/run.py --list             # experiments and allocators
@@ -334,10 +335,21 @@ class Experiment:
     quick_scale = 0.05
     trimmed_mean = False
     extra_allocs = ()           # opt-in allocators (OPT_IN_ALLOCS) this experiment runs by default
+    default = True              # part of the quick pass; False: only with --only NAME or --full
+    in_summary = True           # counted in the report's geometric means
+    bits = 64                   # 32: runs the 32-bit build's programs and libraries
+    fixed_reps = 0              # repetitions regardless of --quick/--full (unless --reps)
 
     def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
         """Extra Markdown lines after the experiment's tables."""
         return []
+
+    def run_args(self, case, alloc, rep, ctx):
+        """Extra arguments for one run (ctx: the runner's scratch and output directories)."""
+        return []
+
+    def after_run(self, rec, case, alloc, rep, ctx):
+        """Adds to a run's record what its files say."""
 
     def cases(self, binpath, scale, full):
         raise NotImplementedError
@@ -443,6 +455,143 @@ class Frag(Experiment):
                                         "--min", 128, "--max", top, "--loops", loops],
                                 group=table + " table", x=t, seed_key=seed_key))
         return out
+
+
+class Frag32(Experiment):
+    name = "frag32"
+    title = "allocate without freeing, 100 loops, in a 32-bit process: the 8 MiB request and the address space"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("The frag experiment's loop (T threads each allocate N blocks of 128 B to X and keep them; one "
+            "8 MiB block is requested; everything is freed) run 100 times by the 32-bit (-m32) build of "
+            "bench_frag, at the seed's sizes, under the 32-bit system allocator and the 32-bit freeway. "
+            "'4 GiB space': a 32-bit process on a 64-bit kernel, which gets almost all 4 GiB. '2 GiB space': "
+            "what a 32-bit Windows process gets, as in the seed: everything above 2 GiB is reserved before "
+            "any library's constructor runs (bench_frag --space 2G; the libraries and the main stack, "
+            "mapped by the loader and the kernel above 2 GiB, stay there). Reported: the loop whose 8 MiB "
+            "request first failed (or that none did), the first loop where a small block could not be had, "
+            "and the address space from /proc/self/maps just before the last loop's request (every block "
+            "live) and after the last free-all: what is mapped, and the largest free range.")
+    metric = "probe_first_fail"
+    metric_label = "loop of the first failed 8 MiB request"
+    plot = False
+    default = False             # opt-in: --only frag32 (and the full pass)
+    in_summary = False
+    bits = 32
+    fixed_reps = 1              # the outcome is a loop number; one run per point unless --reps
+    quick_scale = 1.0           # the seed's sizes
+    LOOPS = 100
+    SPACES = [("4 GiB", None), ("2 GiB", "2G")]
+    MOMENTS = (("live", "before the last 8 MiB request, every block live"), ("end", "after the last free-all"),
+               ("fail", "at the first failed 8 MiB request"))
+
+    def cases(self, binpath, scale, full):
+        rows = Frag.LARGE if full else Frag.LARGE[:2]
+        out = []
+        for space_label, space in self.SPACES:
+            for t, n, top in rows:
+                seed_key = "large: %dT x %s, 128B-%s" % (t, human_count(n), human_size(top))
+                label = "%s space: %dT x %s, 128B-%s" % (space_label, t, human_count(scaled(n, scale)),
+                                                         human_size(top))
+                argv = [binpath("frag"), "--threads", t, "--ptrs", scaled(n, scale), "--min", 128, "--max", top,
+                        "--loops", self.LOOPS, "--allow-fail", 1] + (["--space", space] if space else [])
+                out.append(Case(label, argv, group=space_label + " space", x=t, seed_key=seed_key))
+        return out
+
+    def _prefix(self, case, alloc, rep, ctx):
+        return os.path.join(ctx["scratch"], "%s-%s-%d" % (slug(case.label), alloc["name"], rep))
+
+    def run_args(self, case, alloc, rep, ctx):
+        return ["--maps", self._prefix(case, alloc, rep, ctx)]
+
+    def after_run(self, rec, case, alloc, rep, ctx):
+        data = rec["data"]
+        top = data.get("space_top_mib") or 4096
+        prefix = self._prefix(case, alloc, rep, ctx)
+        maps = {}
+        for moment, _ in self.MOMENTS:
+            path = "%s-%s.maps" % (prefix, moment)
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except OSError:
+                continue
+            regions = parse_maps(text, top * MIB)
+            st = space_stats(regions, mmap_min_addr(), top * MIB)
+            maps[moment] = regions
+            for k, v in st.items():
+                data["%s_%s" % (k, moment)] = v
+            if ctx.get("maps_out"):
+                os.makedirs(ctx["maps_out"], exist_ok=True)
+                shutil.copyfile(path, os.path.join(ctx["maps_out"], "%s-%s-%d-%s.maps" % (
+                    slug(case.label), alloc["name"], rep, moment)))
+        rec["maps"] = maps
+
+
+MIB = 1 << 20
+# What a line of /proc/PID/maps is, for the address-space pictures.
+MAP_KINDS = [("image", "program and libraries", "dimgray"),
+             ("brk", "brk heap ([heap])", "tab:blue"),
+             ("anon", "anonymous read/write (allocator memory, thread stacks)", "tab:orange"),
+             ("reserved", "anonymous, no access (reserved, guard pages)", "navajowhite"),
+             ("system", "main stack, vdso, vvar", "black"),
+             ("outside", "beyond the space (bench_frag --space)", "lightgray")]
+
+
+def slug(text):
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def mmap_min_addr():
+    try:
+        with open("/proc/sys/vm/mmap_min_addr") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 65536
+
+
+def parse_maps(text, top):
+    """[[start, end, kind], ...] from /proc/PID/maps, neighbours of one kind merged."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or "-" not in parts[0]:
+            continue
+        a, b = (int(x, 16) for x in parts[0].split("-"))
+        perms, path = parts[1], parts[5].strip() if len(parts) > 5 else ""
+        if path.startswith("/"):
+            kind = "image"
+        elif path == "[heap]":
+            kind = "brk"
+        elif path.startswith("["):
+            kind = "system"
+        elif perms.startswith("---"):
+            kind = "outside" if a >= top else "reserved"
+        else:
+            kind = "anon"
+        if out and out[-1][1] == a and out[-1][2] == kind:
+            out[-1][1] = b
+        else:
+            out.append([a, b, kind])
+    return out
+
+
+def space_stats(regions, lo, top):
+    """Mapped and free MiB in [lo, top), and the largest free range (start, MiB)."""
+    cursor, free, gaps = lo, 0, []
+    for a, b, _ in sorted(regions):
+        a, b = max(a, lo), min(b, top)
+        if b <= a:
+            continue
+        if a > cursor:
+            gaps.append((cursor, a))
+        cursor = max(cursor, b)
+    if top > cursor:
+        gaps.append((cursor, top))
+    free = sum(b - a for a, b in gaps)
+    big = max(gaps, key=lambda g: g[1] - g[0]) if gaps else (0, 0)
+    return {"free_mib": free / MIB, "mapped_mib": (top - lo - free) / MIB,
+            "largest_gap_mib": (big[1] - big[0]) / MIB, "largest_gap_at_mib": big[0] / MIB,
+            "gaps_8mib": sum(1 for a, b in gaps if b - a >= 8 * MIB)}
 
 
 class Pools(Experiment):
@@ -921,7 +1070,7 @@ class RealSqlite(Experiment):
                      [sys.executable, os.path.join(HERE, "realprog.py"), "sqlite", "--rows", n])]
 
 
-EXPERIMENTS = [Speed(), Frag(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
+EXPERIMENTS = [Speed(), Frag(), Frag32(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
                Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath(),
                BigChurn(), ThreadWave(), XMalloc(), LarsonSized(), AllocTest(), CacheFalseSharing(),
                GlibcBench(), RPTest(), RealCc1(), RealSqlite()]
@@ -1027,15 +1176,27 @@ def machine_info():
 # ---------------------------------------------------------------------------
 
 
-def resolve_allocators(build_dir, wanted, bin_dir, notes):
+LIB_DIRS_32 = ["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/lib32"]
+
+
+def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
+    """The allocators of `wanted` found and checked with bench_whoami. With
+    bits=32: build_dir and bin_dir are the 32-bit build's, Debian's libraries
+    are looked up in the i386 directories, and the peers built from source
+    (64-bit only) are left out."""
     allocs = []
     whoami = os.path.join(bin_dir, "bench_whoami")
+    tag = "" if bits == 64 else "32-bit "
+    missing32 = []
     for name, lib in PEERS:
         if name not in wanted:
             continue
         peer = None
         if lib is None:
             path = None
+        elif lib == "@peers" and bits != 64:
+            missing32.append(name)
+            continue
         elif lib == "@peers":
             peer = peer_build(build_dir, name)
             if not peer:
@@ -1046,7 +1207,12 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         elif lib == "@build":
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
-                notes.append("%s: %s not found (build the library first); skipped" % (name, rel(path)))
+                notes.append("%s%s: %s not found (build the library first); skipped" % (tag, name, rel(path)))
+                continue
+        elif bits != 64:
+            path = next((p for p in (os.path.join(d, lib) for d in LIB_DIRS_32) if os.path.exists(p)), None)
+            if not path:
+                missing32.append(name)
                 continue
         else:
             path = find_library(lib)
@@ -1056,11 +1222,11 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         env = ALLOC_ENV.get(name, {})
         r = run_program([whoami], preload=path, env_extra=env, timeout=30)
         if not r.ok:
-            notes.append("%s: test run failed (%s); skipped" % (name, r.error))
+            notes.append("%s%s: test run failed (%s); skipped" % (tag, name, r.error))
             continue
         provider = r.data.get("malloc", "")
         if path and provider.startswith("libc.so"):
-            notes.append("%s: LD_PRELOAD did not replace malloc; skipped" % name)
+            notes.append("%s%s: LD_PRELOAD did not replace malloc; skipped" % (tag, name))
             continue
         if peer and provider != os.path.basename(path):
             notes.append("%s: malloc came from %s, not %s; skipped" % (name, provider, os.path.basename(path)))
@@ -1077,13 +1243,16 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
             want = FREEWAY_MODE[name]
             got, usable = r.data.get("fw_cautious"), r.data.get("usable_of_10")
             if got != want or (usable == 10) != (want == 1):
-                notes.append("%s: expected cautious mode %d, the library reports %s (malloc_usable_size of a "
-                             "10-byte block: %s); skipped" % (name, want, got, usable))
+                notes.append("%s%s: expected cautious mode %d, the library reports %s (malloc_usable_size of a "
+                             "10-byte block: %s); skipped" % (tag, name, want, got, usable))
                 continue
             mode = "%s (fw_option_get(\"cautious\") = %d, malloc_usable_size(malloc(10)) = %s)" % (
                 "cautious" if want else "default", got, usable)
         if path:
             pkg, ver = package_version(path)
+        elif bits != 64:
+            pkg, ver = next((pv for pv in (package_version(os.path.join(d, "libc.so.6")) for d in LIB_DIRS_32)
+                             if pv[0]), ("libc (32-bit)", ""))
         else:
             pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
             if not pkg:
@@ -1106,18 +1275,24 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
             allocs[-1]["mode"] = mode
         if built:
             allocs[-1]["built_from"] = built
+    if missing32:
+        notes.append("32-bit: no 32-bit library of %s on this system (Debian's i386 packages are not installed; the "
+                     "peers built from source are 64-bit only); the 32-bit experiment runs without them"
+                     % ", ".join(missing32))
     return allocs
 
 
 def exp_reps(exp, reps, explicit, full):
     if explicit:
         return reps
+    if exp.fixed_reps:
+        return exp.fixed_reps
     if full and exp.full_reps:
         reps = exp.full_reps
     return max(reps, exp.min_reps)
 
 
-def run_timed(exp, cases, allocs, reps, timeout, progress, records):
+def run_timed(exp, cases, allocs, reps, timeout, progress, records, ctx=None):
     for rep in range(reps):
         for ci, case in enumerate(cases):
             n = len(allocs)
@@ -1126,14 +1301,15 @@ def run_timed(exp, cases, allocs, reps, timeout, progress, records):
                 if a["name"] in case.skip_allocs:
                     progress.step("%s %s (skip)" % (exp.name, a["name"]))
                     continue
-                argv = [str(x) for x in case.argv]
+                argv = [str(x) for x in case.argv] + [str(x) for x in exp.run_args(case, a, rep, ctx)]
                 r = run_program(argv, preload=a["path"], env_extra=run_env(case, a), timeout=timeout)
                 rec = {"exp": exp.name, "case": case.label, "group": case.group, "x": case.x,
                        "alloc": a["name"], "rep": rep, "ok": r.ok, "error": r.error,
                        "run_wall_ms": round(r.wall_ms, 3), "run_maxrss_kb": r.maxrss_kb,
                        "run_user_ms": round(r.user_ms, 3), "run_sys_ms": round(r.sys_ms, 3),
-                       "argv": " ".join(clean_arg(x) for x in argv),
+                       "argv": " ".join(clean_arg(x) for x in case.argv),
                        "data": r.data}
+                exp.after_run(rec, case, a, rep, ctx)
                 if not r.ok:
                     progress.note("  %s / %s / %s: %s" % (exp.name, case.label, a["name"], r.error))
                 records.append(rec)
@@ -1285,16 +1461,18 @@ def seed_columns(seeds, exp):
     return sf.get("columns", []), sf.get("rows", {}), sf.get("note", "")
 
 
-def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, plot_file, meta_exp):
+def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, plot_file, meta_exp, records=(),
+                      space_plots=None):
     lines = []
     seed_txt = (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload"
     lines.append("## %s: %s%s" % (exp.name, exp.title, seed_txt))
     lines.append("")
     lines.append(exp.what)
     lines.append("")
-    lines.append("Run: %s, scale %g, %d repetition(s) interleaved across allocators. Re-run: "
-                 "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"), meta_exp.get("scale", 1),
-                                                         meta_exp.get("reps", 1), exp.name))
+    lines.append("Run: %s, freeway commit %s, scale %g, %d repetition(s) interleaved across allocators. Re-run: "
+                 "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"),
+                                                         (meta_exp.get("freeway_commit") or "?")[:10],
+                                                         meta_exp.get("scale", 1), meta_exp.get("reps", 1), exp.name))
     lines.append("")
     for rr in meta_exp.get("partial_reruns", []):
         lines.append("Re-run on %s for %s only (freeway commit %s); the other columns come from the run "
@@ -1303,6 +1481,9 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     labels = [c.label for c in cases]
     if exp.name == "fastpath":
         return lines + report_fastpath(exp, labels, summary, alloc_names)
+    if exp.name == "frag32":
+        return lines + report_frag32(exp, cases, summary, alloc_names, records, meta_exp, seeds,
+                                     {k: os.path.join(plots_dir_rel, v) for k, v in (space_plots or {}).items()})
     scols, srows, snote = seed_columns(seeds, exp)
     has_seed = any(c.seed_key in srows for c in cases)
     vs_newest = NEWEST_MIMALLOC in alloc_names
@@ -1446,6 +1627,134 @@ def report_fastpath(exp, labels, summary, alloc_names):
         ["freeway / " + NEWEST_MIMALLOC, "status"] if vs_newest else []), goals))
     lines.append("")
     return lines
+
+
+def report_frag32(exp, cases, summary, alloc_names, records, meta_exp, seeds, plots):
+    lines = []
+    libs = meta_exp.get("allocators", [])
+    if libs:
+        lines += ["32-bit libraries: " + "; ".join("%s: %s (%s %s)" % (a["name"], a["lib"], a["package"], a["version"])
+                                                 for a in libs) + ".", ""]
+
+    def first_ok(label, alloc):
+        return next((r for r in records if r["case"] == label and r["alloc"] == alloc and r.get("data")), None)
+
+    rows = []
+    for c in cases:
+        row = [c.label]
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            d = r["data"] if r else {}
+            if "probe_first_fail" not in d:
+                row.append("failed: " + r["error"] if r and r.get("error") else "-")
+                continue
+            ff, ok, loops = d["probe_first_fail"], d["probes_ok"], d["loops"]
+            txt = ("**never** (%d of %d met)" % (ok, loops)) if ff == 0 else (
+                "**loop %d** (%d of %d met)" % (ff, ok, loops))
+            if d.get("alloc_first_fail"):
+                txt += "; small blocks refused from loop %d (%d in all)" % (d["alloc_first_fail"], d.get("failed", 0))
+            row.append(txt)
+        rows.append(row)
+    lines += ["**First loop whose 8 MiB request failed** (the requests met, of the loops run):", "",
+              md_table(["case"] + ["%s (32-bit)" % a for a in alloc_names], rows), ""]
+
+    def mib(v):
+        return "-" if v is None else "%.0f" % v
+
+    srows = []
+    for c in cases:
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            if not r:
+                continue
+            d = r["data"]
+            srows.append([c.label, a, mib(d.get("vm_mib_at_probe", [None])[-1] if d.get("vm_mib_at_probe") else None),
+                          mib(d.get("mapped_mib_live")), mib(d.get("largest_gap_mib_live")),
+                          mib(d.get("mapped_mib_end")), mib(d.get("largest_gap_mib_end")),
+                          "-" if d.get("gaps_8mib_end") is None else "%d" % d["gaps_8mib_end"],
+                          mib(d.get("rss_alloc_mib")), "%.0f" % d["loop_ms"] if "loop_ms" in d else "-"])
+    lines += ["**The address space** (MiB; from /proc/self/maps; 'mapped' counts every mapping inside the "
+              "space, reserved ones too; the free ranges are those an mmap could still use): before the last "
+              "loop's 8 MiB request, with every block live, and after its free-all:", "",
+              md_table(["case", "allocator", "VmSize at the last request", "mapped, last request",
+                        "largest free range, last request", "mapped at the end", "largest free range at the end",
+                        "free ranges of 8 MiB or more at the end", "RSS with every block live",
+                        "mean allocation time per loop (ms)"], srows), ""]
+    detail = []
+    for c in cases:
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            if r and r["data"].get("probe_by_loop"):
+                detail.append("- %s, %s: `%s`" % (c.label, a, r["data"]["probe_by_loop"]))
+    if detail:
+        lines += ["<details><summary>The 8 MiB request, loop by loop (1: met, 0: failed)</summary>", ""] + detail + [
+            "", "</details>", ""]
+    note = ((seeds or {}).get(exp.name) or {}).get("note")
+    if note:
+        lines += ["Seed context: " + note, ""]
+    for c in cases:
+        if c.label in plots:
+            lines += ["![%s](%s)" % (c.label, plots[c.label]), ""]
+    lines += ["The maps themselves: `maps/%s/` beside this report (CASE-ALLOCATOR-REP-MOMENT.maps)." % exp.name, ""]
+    return lines
+
+
+def plot_address_space(cases, records, alloc_names, plots_dir):
+    """One chart per case: the 32-bit address space of every allocator's run
+    at the moments its maps were taken, mappings coloured by kind and the
+    largest free range outlined. Returns {case label: file name}."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch, Rectangle
+    except ImportError:
+        return {}
+    colours = {k: c for k, _, c in MAP_KINDS}
+    moments = [("fail", "first failed request"), ("live", "last request, blocks live"), ("end", "after the last free")]
+    out = {}
+    for c in cases:
+        bars = []
+        for a in alloc_names:
+            r = next((x for x in records if x["case"] == c.label and x["alloc"] == a and x.get("maps")), None)
+            if not r:
+                continue
+            for m, mlabel in moments:
+                if m in r["maps"]:
+                    bars.append(("%s: %s" % (a, mlabel), r["maps"][m], r["data"]))
+        if not bars:
+            continue
+        fig, ax = plt.subplots(figsize=(11, 0.55 * len(bars) + 1.6))
+        for i, (label, regions, data) in enumerate(bars):
+            y = len(bars) - 1 - i
+            for kind, _, _ in MAP_KINDS:
+                spans = [(a / MIB, (b - a) / MIB) for a, b, k in regions if k == kind]
+                if spans:
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[kind], linewidth=0)
+            m = label.split(": ", 1)[1]
+            key = next(k for k, ml in moments if ml == m)
+            start, size = data.get("largest_gap_at_mib_" + key), data.get("largest_gap_mib_" + key)
+            if size:
+                ax.add_patch(Rectangle((start, y - 0.42), size, 0.84, fill=False, edgecolor="red", linewidth=1.2))
+                ax.text(start + size / 2, y, "largest free\n%.0f MiB" % size, ha="center", va="center", fontsize=7,
+                        color="red")
+        top = max((b[2].get("space_top_mib") or 4096) for b in bars)
+        ax.set_xlim(0, 4096)
+        ax.set_xticks(range(0, 4097, 512))
+        ax.set_xlabel("address (MiB)%s" % ("; the space ends at %.0f MiB" % top if top < 4096 else ""))
+        ax.set_yticks(range(len(bars)))
+        ax.set_yticklabels([b[0] for b in reversed(bars)], fontsize=8)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.legend(handles=[Patch(facecolor=col, label=lab) for _, lab, col in MAP_KINDS] +
+                  [Patch(facecolor="white", edgecolor="red", label="largest free range")],
+                  fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(bars) < 5 else -0.12), ncol=4)
+        ax.set_title("32-bit address space, %s" % c.label, fontsize=10)
+        fig.tight_layout()
+        name = "frag32_%s.png" % slug(c.label)
+        fig.savefig(os.path.join(plots_dir, name), dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        out[c.label] = name
+    return out
 
 
 # freeway's instruction-count goals: (case, highest freeway/mimalloc ratio).
@@ -1623,7 +1932,7 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         summary = summarise(recs, exp)
         # Columns for the allocators this experiment ran (opt-in ones only where they did).
         ran = {r["alloc"] for r in recs}
-        exp_allocs = [a for a in alloc_names if a in ran]
+        exp_allocs = [a for a in ALLOC_NAMES if a in ran]
         r = {"newest": [], "best": [], "mimalloc": []}
         for c in cases:
             fw = med(summary, c.label, "freeway", exp.metric)
@@ -1631,7 +1940,8 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
             r["newest"].append(ratio(fw, med(summary, c.label, NEWEST_MIMALLOC, exp.metric)))
             r["best"].append(ratio(fw, bp[1]) if bp else None)
             r["mimalloc"].append(ratio(fw, med(summary, c.label, "mimalloc", exp.metric)))
-        ratios.append((exp, r))
+        if exp.in_summary:
+            ratios.append((exp, r))
         for (case, alloc), s in sorted(summary.items()):
             st = s.get(exp.metric) or {}
             summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
@@ -1644,7 +1954,9 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         index.append("- [%s](#%s) %s%s" % (exp.name, anchor("%s: %s%s" % (
             exp.name, exp.title, (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload")),
             exp.title, (" (seed `%s`)" % exp.seed) if exp.seed else ""))
-        md_sections += report_experiment(exp, cases_for_report, summary, exp_allocs, seeds, "plots", plot_file, em)
+        space_plots = plot_address_space(cases_for_report, recs, exp_allocs, plots_dir) if exp.name == "frag32" else {}
+        md_sections += report_experiment(exp, cases_for_report, summary, exp_allocs, seeds, "plots", plot_file, em,
+                                          recs, space_plots)
         for f in extra_plot_files:
             md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
     if "freeway" in alloc_names:
@@ -1683,6 +1995,8 @@ def main():
     ap.add_argument("--alloc", default="", help="comma-separated allocators: " + ",".join(ALLOC_NAMES))
     ap.add_argument("--build-dir", default="build", help="the cmake build directory (default: build)")
     ap.add_argument("--bin-dir", default="", help="where the bench_* programs are (default: BUILD/bench)")
+    ap.add_argument("--m32-build-dir", default="",
+                    help="the 32-bit (-m32) cmake build directory of the 32-bit experiments (default: BUILD/m32)")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per point (default 3 quick, 5 full)")
     ap.add_argument("--scale", type=float, default=0.0, help="work scale for every experiment (1 = seed scale)")
     ap.add_argument("--out", default="", help="output directory")
@@ -1698,11 +2012,14 @@ def main():
     build_dir = os.path.abspath(os.path.join(REPO, args.build_dir) if not os.path.isabs(args.build_dir)
                                 else args.build_dir)
     bin_dir = os.path.abspath(args.bin_dir) if args.bin_dir else os.path.join(build_dir, "bench")
+    m32_dir = os.path.abspath(args.m32_build_dir) if args.m32_build_dir else os.path.join(build_dir, "m32")
+    bin32_dir = os.path.join(m32_dir, "bench")
 
     if args.list:
         print("experiments:")
         for e in EXPERIMENTS:
-            print("  %-12s %s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else ""))
+            print("  %-12s %s%s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else "",
+                                      "" if e.default else " [not in the quick pass: --only %s]" % e.name))
         print("allocators:")
         for n, lib in PEERS:
             if lib == "@peers":
@@ -1731,43 +2048,55 @@ def main():
     for x in explicit_allocs:
         if x not in ALLOC_NAMES:
             ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))
-    exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip]
+    exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip
+            and (e.default or full or e.name in only)]
 
     def exp_alloc_names(e):
         """The allocators experiment e runs: --alloc's, or the default set plus
         the opt-in ones the experiment names."""
         return explicit_allocs or default_allocs + [n for n in e.extra_allocs if n not in default_allocs]
 
-    wanted_allocs = [n for n in ALLOC_NAMES if any(n in exp_alloc_names(e) for e in exps)]
+    notes = []
+    allocs32 = []
+    if any(e.bits == 32 for e in exps):
+        if not all(os.path.exists(os.path.join(bin32_dir, p)) for p in ("bench_whoami", "bench_frag")):
+            notes.append("32-bit experiments (%s): no 32-bit build in %s (scripts/bench.sh makes it when gcc -m32 "
+                         "links, i.e. with Debian's gcc-multilib); skipped" % (
+                             ", ".join(e.name for e in exps if e.bits == 32), rel(m32_dir)))
+            exps = [e for e in exps if e.bits != 32]
+        else:
+            allocs32 = resolve_allocators(m32_dir, [n for n in ALLOC_NAMES if any(
+                n in exp_alloc_names(e) for e in exps if e.bits == 32)], bin32_dir, notes, bits=32)
+    wanted_allocs = [n for n in ALLOC_NAMES if any(n in exp_alloc_names(e) for e in exps if e.bits == 64)]
     reps = args.reps or (5 if full else 3)
     timeout = args.timeout or (1800 if full else 300)
     partial = bool(only or skip or args.alloc)
     out_dir = os.path.abspath(args.out) if args.out else os.path.join(HERE, "results", mode)
 
-    if not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
+    if wanted_allocs and not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
         print("benchmark programs not found in %s: build first (scripts/bench.sh does)" % rel(bin_dir),
               file=sys.stderr)
         return 1
 
-    notes = []
-    allocs = resolve_allocators(build_dir, wanted_allocs, bin_dir, notes)
+    allocs = resolve_allocators(build_dir, wanted_allocs, bin_dir, notes) if wanted_allocs else []
     for n in notes:
         print("note: " + n, file=sys.stderr)
-    if not allocs:
+    if not allocs and not allocs32:
         print("no allocator available", file=sys.stderr)
         return 1
     with open(os.path.join(HERE, "seed_figures.json")) as f:
         seeds = json.load(f)
 
-    def binpath(name):
-        return os.path.join(bin_dir, "bench_" + name)
+    def binpath_of(e):
+        d = bin32_dir if e.bits == 32 else bin_dir
+        return lambda name: os.path.join(d, "bench_" + name)
 
     plan = []
     total = 0
     for e in exps:
         scale = args.scale or (1.0 if full else e.quick_scale)
-        cases = e.cases(binpath, scale, full)
-        e_allocs = [a for a in allocs if a["name"] in exp_alloc_names(e)]
+        cases = e.cases(binpath_of(e), scale, full)
+        e_allocs = [a for a in (allocs32 if e.bits == 32 else allocs) if a["name"] in exp_alloc_names(e)]
         plan.append((e, cases, scale, e_allocs))
         if e.name == "fastpath":
             total += len(cases) * len(e_allocs)
@@ -1795,7 +2124,7 @@ def main():
         notes = list(dict.fromkeys(old.get("notes", []) + notes))
         meta["merged_from_earlier_runs"] = True
         for e, _, _, e_allocs in plan:
-            if e.name in exp_meta and {a["name"] for a in e_allocs} != set(
+            if e.name in exp_meta and set(exp_alloc_names(e)) != set(
                     DEFAULT_ALLOCS + [n for n in e.extra_allocs if n not in DEFAULT_ALLOCS]):
                 earlier = exp_meta[e.name]
                 exp_meta[e.name] = dict(earlier)
@@ -1804,6 +2133,7 @@ def main():
                      "freeway_commit": meta["freeway_commit"]}]
 
     progress = Progress(total)
+    scratch = tempfile.TemporaryDirectory(prefix="fwbench-")
     for e, cases, scale, e_allocs in plan:
         started = time.monotonic()
         reruns = exp_meta.get(e.name, {}).get("partial_reruns")
@@ -1814,16 +2144,21 @@ def main():
                                        "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
         if reruns:
             exp_meta[e.name]["partial_reruns"] = reruns
+        if e.bits != 64:
+            # Its libraries are not the allocator table's (64-bit) ones.
+            exp_meta[e.name]["allocators"] = [{k: v for k, v in a.items() if k != "path"} for a in e_allocs]
+        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name)}
         if e.name == "fastpath":
             run_fastpath(e, cases, e_allocs, full, timeout, progress, records, notes)
         else:
-            run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records)
+            run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records, ctx)
         exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
     for em in exp_meta.values():
         for c in em.get("cases", []):
             c["argv"] = [clean_arg(a) for a in c["argv"]]
+    scratch.cleanup()
     write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds)
     print("results: %s" % rel(os.path.join(out_dir, "RESULTS.md")), file=sys.stderr)
     failed = [r for r in records if not r["ok"]]
