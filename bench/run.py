@@ -522,8 +522,9 @@ class Frag32(Experiment):
                 data["%s_%s" % (k, moment)] = v
             if ctx.get("maps_out"):
                 os.makedirs(ctx["maps_out"], exist_ok=True)
-                shutil.copyfile(path, os.path.join(ctx["maps_out"], "%s-%s-%d-%s.maps" % (
-                    slug(case.label), alloc["name"], rep, moment)))
+                with open(os.path.join(ctx["maps_out"], "%s-%s-%d-%s.maps" % (
+                        slug(case.label), alloc["name"], rep, moment)), "w") as f:
+                    f.write(clean_maps(text))
         rec["maps"] = maps
 
 
@@ -535,6 +536,21 @@ MAP_KINDS = [("image", "program and libraries", "dimgray"),
              ("reserved", "anonymous, no access (reserved, guard pages)", "navajowhite"),
              ("system", "main stack, vdso, vvar", "black"),
              ("outside", "beyond the space (bench_frag --space)", "lightgray")]
+
+
+def clean_maps(text):
+    """A maps file fit for the saved results: the repository's paths made
+    relative, the system's library paths kept, other paths reduced to their name."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) > 5 and parts[5].startswith("/"):
+            path = parts[5].strip()
+            keep = path.startswith(("/usr/", "/lib/", "/lib32/", "/lib64/"))
+            r = rel(path)
+            line = line[:line.rindex(path)] + (path if keep else r if not os.path.isabs(r) else os.path.basename(path))
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def slug(text):
@@ -2105,7 +2121,8 @@ def main():
     meta = machine_info()
     meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
     print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
-        mode, len(exps), ", ".join(a["name"] for a in allocs), total, rel(out_dir)), file=sys.stderr)
+        mode, len(exps), ", ".join([a["name"] for a in allocs] + ["%s (32-bit)" % a["name"] for a in allocs32]),
+        total, rel(out_dir)), file=sys.stderr)
 
     records = []
     exp_meta = {}
