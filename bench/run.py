@@ -2021,6 +2021,9 @@ def main():
                          "results already in the output directory and replaces only what it re-ran)")
     ap.add_argument("--timeout", type=float, default=0, help="per-run timeout in seconds")
     ap.add_argument("--list", action="store_true", help="list experiments and allocators, then exit")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite RESULTS.md, the CSV files and the plots from the output directory's results.json, "
+                         "running nothing")
     args = ap.parse_args()
 
     full = bool(args.full)
@@ -2088,6 +2091,14 @@ def main():
     timeout = args.timeout or (1800 if full else 300)
     partial = bool(only or skip or args.alloc)
     out_dir = os.path.abspath(args.out) if args.out else os.path.join(HERE, "results", mode)
+    if args.report_only:
+        with open(os.path.join(out_dir, "results.json")) as f:
+            old = json.load(f)
+        with open(os.path.join(HERE, "seed_figures.json")) as f:
+            seeds = json.load(f)
+        write_outputs(out_dir, old["meta"], old["experiments"], old["records"], old["allocators"], old["notes"], seeds)
+        print("results: %s" % rel(os.path.join(out_dir, "RESULTS.md")), file=sys.stderr)
+        return 0
 
     if wanted_allocs and not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
         print("benchmark programs not found in %s: build first (scripts/bench.sh does)" % rel(bin_dir),
