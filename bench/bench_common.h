@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -301,7 +302,17 @@ static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
   bench_json_int(j, "minflt", d.minflt);
 }
 
+/* Under freeway, the cautious mode in effect (fw_option_get, looked up so
+ * that the programs run under any allocator): every run's result says which
+ * mode it measured. */
+static inline void bench_json_fw_mode(bench_json_t *j) {
+  long (*get)(const char *);
+  *(void **)&get = dlsym(RTLD_DEFAULT, "fw_option_get");
+  if (get) bench_json_int(j, "fw_cautious", get("cautious"));
+}
+
 static inline void bench_json_end(bench_json_t *j) {
+  bench_json_fw_mode(j);
   bench_json_int(j, "ncpus", bench_ncpus());
   bench_json_int(j, "peak_rss_kb", bench_peak_rss_kb());
   bench_json_int(j, "maxrss_kb", bench_maxrss_kb());

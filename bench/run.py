@@ -2,7 +2,8 @@
 """Runs freeway's benchmark suite against the system allocator and the peer
 allocators, all swapped in with LD_PRELOAD over the same binaries.
 
-    python3 bench/run.py                    # quick pass (a few minutes)
+    python3 bench/run.py                    # quick pass (about 10 minutes on 2 cores)
+    python3 bench/run.py --only frag32      # the 32-bit experiment (needs BUILD/m32)
     python3 bench/run.py --full             # the seeds' own scale
     python3 bench/run.py --only speed,pools --alloc freeway,mimalloc
     python3 bench/run.py --list             # experiments and allocators
@@ -46,6 +47,7 @@ REPO = os.path.dirname(HERE)
 PEERS = [
     ("system", None),
     ("freeway", "@build"),
+    ("freeway-cautious", "@build"),
     ("jemalloc", "libjemalloc.so.2"),
     ("tcmalloc", "libtcmalloc_minimal.so.4"),
     ("mimalloc", "libmimalloc.so.2"),
@@ -57,6 +59,15 @@ PEERS = [
 ]
 ALLOC_NAMES = [n for n, _ in PEERS]
 BUILT_PEERS = [n for n, lib in PEERS if lib == "@peers"]
+# Environment an allocator's runs get on top of the runner's, and the cautious
+# mode (fw_option_get("cautious")) its library must then report.
+ALLOC_ENV = {"freeway-cautious": {"FREEWAY_CAUTIOUS": "1"}}
+FREEWAY_MODE = {"freeway": 0, "freeway-cautious": 1}
+# Run only by the experiments that name them in extra_allocs, or when asked
+# for with --alloc: cautious mode is a checking tool, hundreds of times slower
+# than the default mode, and the speed experiment reports what it costs.
+OPT_IN_ALLOCS = {"freeway-cautious"}
+DEFAULT_ALLOCS = [n for n in ALLOC_NAMES if n not in OPT_IN_ALLOCS]
 # freeway's targets are stated against the newest mimalloc release.
 NEWEST_MIMALLOC = "mimalloc3"
 
@@ -165,6 +176,8 @@ class RunResult:
 def run_program(argv, preload=None, env_extra=None, timeout=600.0, want_json=True):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    # Only the freeway-cautious column turns the mode on (ALLOC_ENV).
+    env.pop("FREEWAY_CAUTIOUS", None)
     if preload:
         env["LD_PRELOAD"] = preload
     if env_extra:
@@ -321,10 +334,22 @@ class Experiment:
     full_reps = 0               # repetitions of the full pass if not the default
     quick_scale = 0.05
     trimmed_mean = False
+    extra_allocs = ()           # opt-in allocators (OPT_IN_ALLOCS) this experiment runs by default
+    default = True              # part of the quick pass; False: only with --only NAME or --full
+    in_summary = True           # counted in the report's geometric means
+    bits = 64                   # 32: runs the 32-bit build's programs and libraries
+    fixed_reps = 0              # repetitions regardless of --quick/--full (unless --reps)
 
-    def notes(self, summary, labels, alloc_names):
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
         """Extra Markdown lines after the experiment's tables."""
         return []
+
+    def run_args(self, case, alloc, rep, ctx):
+        """Extra arguments for one run (ctx: the runner's scratch and output directories)."""
+        return []
+
+    def after_run(self, rec, case, alloc, rep, ctx):
+        """Adds to a run's record what its files say."""
 
     def cases(self, binpath, scale, full):
         raise NotImplementedError
@@ -342,9 +367,12 @@ class Speed(Experiment):
     seed = "000_19b1555fca47c325.txt"
     what = ("T threads x M operations; an operation frees a random block of the thread's window of live "
             "blocks and allocates one of a random size from 256 B to the range's top. CPU usage is "
-            "(user+sys)/(wall x cores), as in the seed.")
+            "(user+sys)/(wall x cores), as in the seed. As the seed's x86 table, freeway runs in both its "
+            "modes: 'freeway' is the default (fast) mode, 'freeway-cautious' the same library with "
+            "FREEWAY_CAUTIOUS=1 (every block checked, docs/cautious.md).")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
     quick_scale = 0.15
+    extra_allocs = ("freeway-cautious",)
     TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
              (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
 
@@ -357,6 +385,46 @@ class Speed(Experiment):
             out.append(Case(label, [binpath("speed"), "--threads", t, "--ops", ops, "--min", 256, "--max", top],
                             x=t, seed_key=seed_key))
         return out
+
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
+        if "freeway-cautious" not in alloc_names:
+            return []
+        x86 = ((seeds or {}).get(self.name) or {}).get("x86", {})
+        scols, srows = x86.get("columns", []), x86.get("rows", {})
+
+        def seed_ms(key, col):
+            vals = srows.get(key)
+            return vals[scols.index(col)] if vals and col in scols else None
+
+        rows = []
+        for l, c in zip(labels, cases):
+            fast, slow = med(summary, l, "freeway", self.metric), med(summary, l, "freeway-cautious", self.metric)
+            sysv = med(summary, l, "system", self.metric)
+            crt, s_slow, s_fast = (seed_ms(c.seed_key, k) for k in ("CRT ms", "NEW cautious ms", "NEW fast ms"))
+            rows.append([l, cell_stat(summary.get((l, "freeway")), self.metric),
+                         cell_stat(summary.get((l, "freeway-cautious")), self.metric),
+                         "**%s**" % fmt_ratio(ratio(slow, fast)), fmt_ratio(ratio(slow, sysv)),
+                         "-" if crt is None else "%g" % crt, "-" if s_fast is None else "%g" % s_fast,
+                         "-" if s_slow is None else "%g" % s_slow, fmt_ratio(ratio(s_slow, s_fast)),
+                         fmt_ratio(ratio(s_slow, crt))])
+        lines = ["**Cautious mode against the default (fast) mode**, %s, median [min-max]; the seed's x86 "
+                 "(32-bit) figures at the seed's scale, on its hardware, where it timed both modes:" % self.metric_label,
+                 "", md_table(["case", "freeway (fast)", "freeway-cautious", "cautious / fast",
+                               "cautious / system", "seed x86: CRT", "seed x86: fast", "seed x86: cautious",
+                               "seed: cautious / fast", "seed: cautious / CRT"], rows), ""]
+        # Every run says which mode it measured (bench_json_fw_mode).
+        checks = []
+        for a, want in sorted(FREEWAY_MODE.items()):
+            seen = [summary.get((l, a), {}).get("fw_cautious") for l in labels]
+            n = sum(st["n"] for st in seen if st)
+            right = sum(st["n"] for st in seen if st and st["min"] == st["max"] == want)
+            runs = sum(summary.get((l, a), {}).get("ok", 0) for l in labels)
+            if runs:
+                checks.append("%s: %d of %d runs reported fw_cautious = %d" % (a, right, runs, want)
+                              + ("" if right == n == runs else " (MISMATCH: %d reported)" % n))
+        lines += ["Mode check, from each run's own report (fw_option_get(\"cautious\") in the benchmark "
+                  "process): " + "; ".join(checks) + ".", ""]
+        return lines
 
 
 class Frag(Experiment):
@@ -387,6 +455,159 @@ class Frag(Experiment):
                                         "--min", 128, "--max", top, "--loops", loops],
                                 group=table + " table", x=t, seed_key=seed_key))
         return out
+
+
+class Frag32(Experiment):
+    name = "frag32"
+    title = "allocate without freeing, 100 loops, in a 32-bit process: the 8 MiB request and the address space"
+    seed = "000_19b1555fca47c325.txt"
+    what = ("The frag experiment's loop (T threads each allocate N blocks of 128 B to X and keep them; one "
+            "8 MiB block is requested; everything is freed) run 100 times by the 32-bit (-m32) build of "
+            "bench_frag, at the seed's sizes, under the 32-bit system allocator and the 32-bit freeway. "
+            "'4 GiB space': a 32-bit process on a 64-bit kernel, which gets almost all 4 GiB. '2 GiB space': "
+            "what a 32-bit Windows process gets, as in the seed: everything above 2 GiB is reserved before "
+            "any library's constructor runs (bench_frag --space 2G; the libraries and the main stack, "
+            "mapped by the loader and the kernel above 2 GiB, stay there). Reported: the loop whose 8 MiB "
+            "request first failed (or that none did), the first loop where a small block could not be had, "
+            "and the address space from /proc/self/maps just before the last loop's request (every block "
+            "live) and after the last free-all: what is mapped, and the largest free range.")
+    metric = "probe_first_fail"
+    metric_label = "loop of the first failed 8 MiB request"
+    plot = False
+    default = False             # opt-in: --only frag32 (and the full pass)
+    in_summary = False
+    bits = 32
+    fixed_reps = 1              # the outcome is a loop number; one run per point unless --reps
+    quick_scale = 1.0           # the seed's sizes
+    LOOPS = 100
+    SPACES = [("4 GiB", None), ("2 GiB", "2G")]
+    MOMENTS = (("live", "before the last 8 MiB request, every block live"), ("end", "after the last free-all"),
+               ("fail", "at the first failed 8 MiB request"))
+
+    def cases(self, binpath, scale, full):
+        rows = Frag.LARGE if full else Frag.LARGE[:2]
+        out = []
+        for space_label, space in self.SPACES:
+            for t, n, top in rows:
+                seed_key = "large: %dT x %s, 128B-%s" % (t, human_count(n), human_size(top))
+                label = "%s space: %dT x %s, 128B-%s" % (space_label, t, human_count(scaled(n, scale)),
+                                                         human_size(top))
+                argv = [binpath("frag"), "--threads", t, "--ptrs", scaled(n, scale), "--min", 128, "--max", top,
+                        "--loops", self.LOOPS, "--allow-fail", 1] + (["--space", space] if space else [])
+                out.append(Case(label, argv, group=space_label + " space", x=t, seed_key=seed_key))
+        return out
+
+    def _prefix(self, case, alloc, rep, ctx):
+        return os.path.join(ctx["scratch"], "%s-%s-%d" % (slug(case.label), alloc["name"], rep))
+
+    def run_args(self, case, alloc, rep, ctx):
+        return ["--maps", self._prefix(case, alloc, rep, ctx)]
+
+    def after_run(self, rec, case, alloc, rep, ctx):
+        data = rec["data"]
+        top = data.get("space_top_mib") or 4096
+        prefix = self._prefix(case, alloc, rep, ctx)
+        maps = {}
+        for moment, _ in self.MOMENTS:
+            path = "%s-%s.maps" % (prefix, moment)
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except OSError:
+                continue
+            regions = parse_maps(text, top * MIB)
+            st = space_stats(regions, mmap_min_addr(), top * MIB)
+            maps[moment] = regions
+            for k, v in st.items():
+                data["%s_%s" % (k, moment)] = v
+            if ctx.get("maps_out"):
+                os.makedirs(ctx["maps_out"], exist_ok=True)
+                with open(os.path.join(ctx["maps_out"], "%s-%s-%d-%s.maps" % (
+                        slug(case.label), alloc["name"], rep, moment)), "w") as f:
+                    f.write(clean_maps(text))
+        rec["maps"] = maps
+
+
+MIB = 1 << 20
+# What a line of /proc/PID/maps is, for the address-space pictures.
+MAP_KINDS = [("image", "program and libraries", "dimgray"),
+             ("brk", "brk heap ([heap])", "tab:blue"),
+             ("anon", "anonymous read/write (allocator memory, thread stacks)", "tab:orange"),
+             ("reserved", "anonymous, no access (reserved, guard pages)", "navajowhite"),
+             ("system", "main stack, vdso, vvar", "black"),
+             ("outside", "beyond the space (bench_frag --space)", "lightgray")]
+
+
+def clean_maps(text):
+    """A maps file fit for the saved results: the repository's paths made
+    relative, the system's library paths kept, other paths reduced to their name."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) > 5 and parts[5].startswith("/"):
+            path = parts[5].strip()
+            keep = path.startswith(("/usr/", "/lib/", "/lib32/", "/lib64/"))
+            r = rel(path)
+            line = line[:line.rindex(path)] + (path if keep else r if not os.path.isabs(r) else os.path.basename(path))
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def slug(text):
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def mmap_min_addr():
+    try:
+        with open("/proc/sys/vm/mmap_min_addr") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 65536
+
+
+def parse_maps(text, top):
+    """[[start, end, kind], ...] from /proc/PID/maps, neighbours of one kind merged."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or "-" not in parts[0]:
+            continue
+        a, b = (int(x, 16) for x in parts[0].split("-"))
+        perms, path = parts[1], parts[5].strip() if len(parts) > 5 else ""
+        if path.startswith("/"):
+            kind = "image"
+        elif path == "[heap]":
+            kind = "brk"
+        elif path.startswith("["):
+            kind = "system"
+        elif perms.startswith("---"):
+            kind = "outside" if a >= top else "reserved"
+        else:
+            kind = "anon"
+        if out and out[-1][1] == a and out[-1][2] == kind:
+            out[-1][1] = b
+        else:
+            out.append([a, b, kind])
+    return out
+
+
+def space_stats(regions, lo, top):
+    """Mapped and free MiB in [lo, top), and the largest free range (start, MiB)."""
+    cursor, free, gaps = lo, 0, []
+    for a, b, _ in sorted(regions):
+        a, b = max(a, lo), min(b, top)
+        if b <= a:
+            continue
+        if a > cursor:
+            gaps.append((cursor, a))
+        cursor = max(cursor, b)
+    if top > cursor:
+        gaps.append((cursor, top))
+    free = sum(b - a for a, b in gaps)
+    big = max(gaps, key=lambda g: g[1] - g[0]) if gaps else (0, 0)
+    return {"free_mib": free / MIB, "mapped_mib": (top - lo - free) / MIB,
+            "largest_gap_mib": (big[1] - big[0]) / MIB, "largest_gap_at_mib": big[0] / MIB,
+            "gaps_8mib": sum(1 for a, b in gaps if b - a >= 8 * MIB)}
 
 
 class Pools(Experiment):
@@ -479,7 +700,7 @@ class Scaled(Experiment):
     def cases(self, binpath, scale, full):
         return self.sweep(binpath, (1, 2, 4, 8, 16), "{t}T", "--work", scaled(10000000, scale))
 
-    def notes(self, summary, labels, alloc_names):
+    def notes(self, summary, labels, alloc_names, cases=(), seeds=None):
         # With the total work fixed, throughput at T threads is 1/time(T).
         rows = []
         for a in alloc_names:
@@ -865,7 +1086,7 @@ class RealSqlite(Experiment):
                      [sys.executable, os.path.join(HERE, "realprog.py"), "sqlite", "--rows", n])]
 
 
-EXPERIMENTS = [Speed(), Frag(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
+EXPERIMENTS = [Speed(), Frag(), Frag32(), Pools(), HeapFree(), SameSize(), Scaled(), Strings(), Objects(),
                Larson(), ProdCons(), FalseShare(), ReallocGrow(), Churn(), Python(), FastPath(),
                BigChurn(), ThreadWave(), XMalloc(), LarsonSized(), AllocTest(), CacheFalseSharing(),
                GlibcBench(), RPTest(), RealCc1(), RealSqlite()]
@@ -971,15 +1192,27 @@ def machine_info():
 # ---------------------------------------------------------------------------
 
 
-def resolve_allocators(build_dir, wanted, bin_dir, notes):
+LIB_DIRS_32 = ["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/lib32"]
+
+
+def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
+    """The allocators of `wanted` found and checked with bench_whoami. With
+    bits=32: build_dir and bin_dir are the 32-bit build's, Debian's libraries
+    are looked up in the i386 directories, and the peers built from source
+    (64-bit only) are left out."""
     allocs = []
     whoami = os.path.join(bin_dir, "bench_whoami")
+    tag = "" if bits == 64 else "32-bit "
+    missing32 = []
     for name, lib in PEERS:
         if name not in wanted:
             continue
         peer = None
         if lib is None:
             path = None
+        elif lib == "@peers" and bits != 64:
+            missing32.append(name)
+            continue
         elif lib == "@peers":
             peer = peer_build(build_dir, name)
             if not peer:
@@ -990,20 +1223,26 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
         elif lib == "@build":
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
-                notes.append("freeway: %s not found (build the library first); skipped" % rel(path))
+                notes.append("%s%s: %s not found (build the library first); skipped" % (tag, name, rel(path)))
+                continue
+        elif bits != 64:
+            path = next((p for p in (os.path.join(d, lib) for d in LIB_DIRS_32) if os.path.exists(p)), None)
+            if not path:
+                missing32.append(name)
                 continue
         else:
             path = find_library(lib)
             if not path:
                 notes.append("%s: %s not found on this system; skipped" % (name, lib))
                 continue
-        r = run_program([whoami], preload=path, timeout=30)
+        env = ALLOC_ENV.get(name, {})
+        r = run_program([whoami], preload=path, env_extra=env, timeout=30)
         if not r.ok:
-            notes.append("%s: test run failed (%s); skipped" % (name, r.error))
+            notes.append("%s%s: test run failed (%s); skipped" % (tag, name, r.error))
             continue
         provider = r.data.get("malloc", "")
         if path and provider.startswith("libc.so"):
-            notes.append("%s: LD_PRELOAD did not replace malloc; skipped" % name)
+            notes.append("%s%s: LD_PRELOAD did not replace malloc; skipped" % (tag, name))
             continue
         if peer and provider != os.path.basename(path):
             notes.append("%s: malloc came from %s, not %s; skipped" % (name, provider, os.path.basename(path)))
@@ -1013,13 +1252,28 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
             notes.append("%s: the live mimalloc says version %s, its build %s; skipped"
                          % (name, r.data.get("mi_version"), peer.get("upstream_version")))
             continue
+        mode = None
+        if name in FREEWAY_MODE:
+            # The option as the library reads it, and behaviour only cautious
+            # mode has (malloc_usable_size is the requested size there).
+            want = FREEWAY_MODE[name]
+            got, usable = r.data.get("fw_cautious"), r.data.get("usable_of_10")
+            if got != want or (usable == 10) != (want == 1):
+                notes.append("%s%s: expected cautious mode %d, the library reports %s (malloc_usable_size of a "
+                             "10-byte block: %s); skipped" % (tag, name, want, got, usable))
+                continue
+            mode = "%s (fw_option_get(\"cautious\") = %d, malloc_usable_size(malloc(10)) = %s)" % (
+                "cautious" if want else "default", got, usable)
         if path:
             pkg, ver = package_version(path)
+        elif bits != 64:
+            pkg, ver = next((pv for pv in (package_version(os.path.join(d, "libc.so.6")) for d in LIB_DIRS_32)
+                             if pv[0]), ("libc (32-bit)", ""))
         else:
             pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
             if not pkg:
                 pkg, ver = "libc6", platform.libc_ver()[1]
-        if name == "freeway":
+        if lib == "@build":
             pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
                 "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
         built = None
@@ -1031,20 +1285,30 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes):
                        "lib": (rel(path) if not os.path.isabs(rel(path)) else os.path.basename(path))
                        if path else "(none: C library)",
                        "package": pkg, "version": ver, "malloc_from": provider})
+        if env:
+            allocs[-1]["env"] = dict(env)
+        if mode:
+            allocs[-1]["mode"] = mode
         if built:
             allocs[-1]["built_from"] = built
+    if missing32:
+        notes.append("32-bit: no 32-bit library of %s on this system (Debian's i386 packages are not installed; the "
+                     "peers built from source are 64-bit only); the 32-bit experiment runs without them"
+                     % ", ".join(missing32))
     return allocs
 
 
 def exp_reps(exp, reps, explicit, full):
     if explicit:
         return reps
+    if exp.fixed_reps:
+        return exp.fixed_reps
     if full and exp.full_reps:
         reps = exp.full_reps
     return max(reps, exp.min_reps)
 
 
-def run_timed(exp, cases, allocs, reps, timeout, progress, records):
+def run_timed(exp, cases, allocs, reps, timeout, progress, records, ctx=None):
     for rep in range(reps):
         for ci, case in enumerate(cases):
             n = len(allocs)
@@ -1053,23 +1317,31 @@ def run_timed(exp, cases, allocs, reps, timeout, progress, records):
                 if a["name"] in case.skip_allocs:
                     progress.step("%s %s (skip)" % (exp.name, a["name"]))
                     continue
-                argv = [str(x) for x in case.argv]
-                r = run_program(argv, preload=a["path"], env_extra=case.env, timeout=timeout)
+                argv = [str(x) for x in case.argv] + [str(x) for x in exp.run_args(case, a, rep, ctx)]
+                r = run_program(argv, preload=a["path"], env_extra=run_env(case, a), timeout=timeout)
                 rec = {"exp": exp.name, "case": case.label, "group": case.group, "x": case.x,
                        "alloc": a["name"], "rep": rep, "ok": r.ok, "error": r.error,
                        "run_wall_ms": round(r.wall_ms, 3), "run_maxrss_kb": r.maxrss_kb,
                        "run_user_ms": round(r.user_ms, 3), "run_sys_ms": round(r.sys_ms, 3),
-                       "argv": " ".join(clean_arg(x) for x in argv),
+                       "argv": " ".join(clean_arg(x) for x in case.argv),
                        "data": r.data}
+                exp.after_run(rec, case, a, rep, ctx)
                 if not r.ok:
                     progress.note("  %s / %s / %s: %s" % (exp.name, case.label, a["name"], r.error))
                 records.append(rec)
                 progress.step("%s %s %s" % (exp.name, case.label, a["name"]))
 
 
-def callgrind_count(argv, preload, timeout):
+def run_env(case, alloc):
+    """A run's extra environment: the case's, then the allocator's."""
+    env = dict(case.env)
+    env.update(alloc.get("env", {}))
+    return env
+
+
+def callgrind_count(argv, preload, timeout, env=None):
     vg = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    r = run_program(vg + argv, preload=preload, timeout=timeout, want_json=False)
+    r = run_program(vg + argv, preload=preload, env_extra=env, timeout=timeout, want_json=False)
     m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
     if not r.ok or not m:
         # The program's own words, not valgrind's summary, say why it stopped.
@@ -1095,8 +1367,8 @@ def run_fastpath(exp, cases, allocs, full, timeout, progress, records, notes):
     def work(job):
         case, a = job
         argv = [str(x) for x in case.argv]
-        c1, e1 = callgrind_count(argv + [str(n1)], a["path"], timeout)
-        c2, e2 = callgrind_count(argv + [str(n2)], a["path"], timeout)
+        c1, e1 = callgrind_count(argv + [str(n1)], a["path"], timeout, run_env(case, a))
+        c2, e2 = callgrind_count(argv + [str(n2)], a["path"], timeout, run_env(case, a))
         return case, a, c1, c2, e1 or e2
 
     workers = max(1, min(len(os.sched_getaffinity(0)), 4))
@@ -1185,7 +1457,7 @@ def med(summary, case, alloc, metric):
 def best_peer(summary, case, alloc_names, metric):
     best = None
     for a in alloc_names:
-        if a == "freeway":
+        if a in FREEWAY_MODE:
             continue
         v = med(summary, case, a, metric)
         if v is not None and (best is None or v < best[1]):
@@ -1205,16 +1477,18 @@ def seed_columns(seeds, exp):
     return sf.get("columns", []), sf.get("rows", {}), sf.get("note", "")
 
 
-def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, plot_file, meta_exp):
+def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, plot_file, meta_exp, records=(),
+                      space_plots=None):
     lines = []
     seed_txt = (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload"
     lines.append("## %s: %s%s" % (exp.name, exp.title, seed_txt))
     lines.append("")
     lines.append(exp.what)
     lines.append("")
-    lines.append("Run: %s, scale %g, %d repetition(s) interleaved across allocators. Re-run: "
-                 "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"), meta_exp.get("scale", 1),
-                                                         meta_exp.get("reps", 1), exp.name))
+    lines.append("Run: %s, freeway commit %s, scale %g, %d repetition(s) interleaved across allocators. Re-run: "
+                 "`python3 bench/run.py --only %s`." % (meta_exp.get("date", "?"),
+                                                         (meta_exp.get("freeway_commit") or "?")[:10],
+                                                         meta_exp.get("scale", 1), meta_exp.get("reps", 1), exp.name))
     lines.append("")
     for rr in meta_exp.get("partial_reruns", []):
         lines.append("Re-run on %s for %s only (freeway commit %s); the other columns come from the run "
@@ -1223,6 +1497,9 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     labels = [c.label for c in cases]
     if exp.name == "fastpath":
         return lines + report_fastpath(exp, labels, summary, alloc_names)
+    if exp.name == "frag32":
+        return lines + report_frag32(exp, cases, summary, alloc_names, records, meta_exp, seeds,
+                                     {k: os.path.join(plots_dir_rel, v) for k, v in (space_plots or {}).items()})
     scols, srows, snote = seed_columns(seeds, exp)
     has_seed = any(c.seed_key in srows for c in cases)
     vs_newest = NEWEST_MIMALLOC in alloc_names
@@ -1313,7 +1590,7 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
     if snote:
         lines.append("Seed context: " + snote)
         lines.append("")
-    lines += exp.notes(summary, labels, alloc_names)
+    lines += exp.notes(summary, labels, alloc_names, cases=cases, seeds=seeds)
     if plot_file:
         lines.append("![%s](%s)" % (exp.name, os.path.join(plots_dir_rel, plot_file)))
         lines.append("")
@@ -1368,11 +1645,139 @@ def report_fastpath(exp, labels, summary, alloc_names):
     return lines
 
 
+def report_frag32(exp, cases, summary, alloc_names, records, meta_exp, seeds, plots):
+    lines = []
+    libs = meta_exp.get("allocators", [])
+    if libs:
+        lines += ["32-bit libraries: " + "; ".join("%s: %s (%s %s)" % (a["name"], a["lib"], a["package"], a["version"])
+                                                 for a in libs) + ".", ""]
+
+    def first_ok(label, alloc):
+        return next((r for r in records if r["case"] == label and r["alloc"] == alloc and r.get("data")), None)
+
+    rows = []
+    for c in cases:
+        row = [c.label]
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            d = r["data"] if r else {}
+            if "probe_first_fail" not in d:
+                row.append("failed: " + r["error"] if r and r.get("error") else "-")
+                continue
+            ff, ok, loops = d["probe_first_fail"], d["probes_ok"], d["loops"]
+            txt = ("**never** (%d of %d met)" % (ok, loops)) if ff == 0 else (
+                "**loop %d** (%d of %d met)" % (ff, ok, loops))
+            if d.get("alloc_first_fail"):
+                txt += "; small blocks refused from loop %d (%d in all)" % (d["alloc_first_fail"], d.get("failed", 0))
+            row.append(txt)
+        rows.append(row)
+    lines += ["**First loop whose 8 MiB request failed** (the requests met, of the loops run):", "",
+              md_table(["case"] + ["%s (32-bit)" % a for a in alloc_names], rows), ""]
+
+    def mib(v):
+        return "-" if v is None else "%.0f" % v
+
+    srows = []
+    for c in cases:
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            if not r:
+                continue
+            d = r["data"]
+            srows.append([c.label, a, mib(d.get("vm_mib_at_probe", [None])[-1] if d.get("vm_mib_at_probe") else None),
+                          mib(d.get("mapped_mib_live")), mib(d.get("largest_gap_mib_live")),
+                          mib(d.get("mapped_mib_end")), mib(d.get("largest_gap_mib_end")),
+                          "-" if d.get("gaps_8mib_end") is None else "%d" % d["gaps_8mib_end"],
+                          mib(d.get("rss_alloc_mib")), "%.0f" % d["loop_ms"] if "loop_ms" in d else "-"])
+    lines += ["**The address space** (MiB; from /proc/self/maps; 'mapped' counts every mapping inside the "
+              "space, reserved ones too; the free ranges are those an mmap could still use): before the last "
+              "loop's 8 MiB request, with every block live, and after its free-all:", "",
+              md_table(["case", "allocator", "VmSize at the last request", "mapped, last request",
+                        "largest free range, last request", "mapped at the end", "largest free range at the end",
+                        "free ranges of 8 MiB or more at the end", "RSS with every block live",
+                        "mean allocation time per loop (ms)"], srows), ""]
+    detail = []
+    for c in cases:
+        for a in alloc_names:
+            r = first_ok(c.label, a)
+            if r and r["data"].get("probe_by_loop"):
+                detail.append("- %s, %s: `%s`" % (c.label, a, r["data"]["probe_by_loop"]))
+    if detail:
+        lines += ["<details><summary>The 8 MiB request, loop by loop (1: met, 0: failed)</summary>", ""] + detail + [
+            "", "</details>", ""]
+    note = ((seeds or {}).get(exp.name) or {}).get("note")
+    if note:
+        lines += ["Seed context: " + note, ""]
+    for c in cases:
+        if c.label in plots:
+            lines += ["![%s](%s)" % (c.label, plots[c.label]), ""]
+    lines += ["The maps themselves: `maps/%s/` beside this report (CASE-ALLOCATOR-REP-MOMENT.maps)." % exp.name, ""]
+    return lines
+
+
+def plot_address_space(cases, records, alloc_names, plots_dir):
+    """One chart per case: the 32-bit address space of every allocator's run
+    at the moments its maps were taken, mappings coloured by kind and the
+    largest free range outlined. Returns {case label: file name}."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch, Rectangle
+    except ImportError:
+        return {}
+    colours = {k: c for k, _, c in MAP_KINDS}
+    moments = [("fail", "first failed request"), ("live", "last request, blocks live"), ("end", "after the last free")]
+    out = {}
+    for c in cases:
+        bars = []
+        for a in alloc_names:
+            r = next((x for x in records if x["case"] == c.label and x["alloc"] == a and x.get("maps")), None)
+            if not r:
+                continue
+            for m, mlabel in moments:
+                if m in r["maps"]:
+                    bars.append(("%s: %s" % (a, mlabel), r["maps"][m], r["data"]))
+        if not bars:
+            continue
+        fig, ax = plt.subplots(figsize=(11, 0.55 * len(bars) + 1.6))
+        for i, (label, regions, data) in enumerate(bars):
+            y = len(bars) - 1 - i
+            for kind, _, _ in MAP_KINDS:
+                spans = [(a / MIB, (b - a) / MIB) for a, b, k in regions if k == kind]
+                if spans:
+                    ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colours[kind], linewidth=0)
+            m = label.split(": ", 1)[1]
+            key = next(k for k, ml in moments if ml == m)
+            start, size = data.get("largest_gap_at_mib_" + key), data.get("largest_gap_mib_" + key)
+            if size:
+                ax.add_patch(Rectangle((start, y - 0.42), size, 0.84, fill=False, edgecolor="red", linewidth=1.2))
+                ax.text(start + size / 2, y, "largest free\n%.0f MiB" % size, ha="center", va="center", fontsize=7,
+                        color="red")
+        top = max((b[2].get("space_top_mib") or 4096) for b in bars)
+        ax.set_xlim(0, 4096)
+        ax.set_xticks(range(0, 4097, 512))
+        ax.set_xlabel("address (MiB)%s" % ("; the space ends at %.0f MiB" % top if top < 4096 else ""))
+        ax.set_yticks(range(len(bars)))
+        ax.set_yticklabels([b[0] for b in reversed(bars)], fontsize=8)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.legend(handles=[Patch(facecolor=col, label=lab) for _, lab, col in MAP_KINDS] +
+                  [Patch(facecolor="white", edgecolor="red", label="largest free range")],
+                  fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(bars) < 5 else -0.12), ncol=4)
+        ax.set_title("32-bit address space, %s" % c.label, fontsize=10)
+        fig.tight_layout()
+        name = "frag32_%s.png" % slug(c.label)
+        fig.savefig(os.path.join(plots_dir, name), dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        out[c.label] = name
+    return out
+
+
 # freeway's instruction-count goals: (case, highest freeway/mimalloc ratio).
 FASTPATH_GOALS = [("pair 64B", 0.45), ("ring 64B", 0.75), ("ring 1KiB", 0.75)]
 
 
-COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "jemalloc": "tab:green", "tcmalloc": "tab:red",
+COLOURS = {"system": "tab:blue", "freeway": "tab:orange", "freeway-cautious": "saddlebrown", "jemalloc": "tab:green", "tcmalloc": "tab:red",
            "mimalloc": "tab:purple", "tbb": "tab:brown", "mimalloc3": "tab:pink", "mimalloc2": "tab:gray",
            "snmalloc": "tab:olive", "rpmalloc": "tab:cyan"}
 
@@ -1441,7 +1846,8 @@ def make_plots(exp, cases, summary, alloc_names, plots_dir, metric=None, metric_
                 hi.append(st["max"] - st["median"])
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=a, color=COLOURS.get(a),
-                            linewidth=2.2 if a == "freeway" else 1.2)
+                            linewidth=2.2 if a in FREEWAY_MODE else 1.2,
+                            linestyle="--" if a == "freeway-cautious" else "-")
                 drawn = True
         ax.set_title(g or exp.name, fontsize=10)
         ax.set_xlabel(exp.xlabel)
@@ -1505,8 +1911,14 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
             md.append("- %s: %s" % (k, meta[k]))
     md.append("")
     md.append(md_table(["allocator", "library", "package", "version", "malloc provided by"],
-                       [[a["name"], a["lib"], a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
+                       [[a["name"], a["lib"] + "".join(" with %s=%s" % kv for kv in sorted(a.get("env", {}).items())),
+                         a["package"], a["version"], a["malloc_from"]] for a in allocs_info]))
     md.append("")
+    moded = [a for a in allocs_info if a.get("mode")]
+    if moded:
+        md.append("freeway's mode, as the library reported it under the runner's environment before the runs: "
+                  + "; ".join("%s: %s" % (a["name"], a["mode"]) for a in moded) + ".")
+        md.append("")
     built = [a for a in allocs_info if a.get("built_from")]
     if built:
         md.append("Built from the sources of the crates pinned in `bench/peers/versions.txt` by "
@@ -1534,27 +1946,33 @@ def write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds):
         em = exp_meta.get(exp.name, {})
         cases = [Case(**c) for c in em.get("cases", [])]
         summary = summarise(recs, exp)
+        # Columns for the allocators this experiment ran (opt-in ones only where they did).
+        ran = {r["alloc"] for r in recs}
+        exp_allocs = [a for a in ALLOC_NAMES if a in ran]
         r = {"newest": [], "best": [], "mimalloc": []}
         for c in cases:
             fw = med(summary, c.label, "freeway", exp.metric)
-            bp = best_peer(summary, c.label, alloc_names, exp.metric)
+            bp = best_peer(summary, c.label, exp_allocs, exp.metric)
             r["newest"].append(ratio(fw, med(summary, c.label, NEWEST_MIMALLOC, exp.metric)))
             r["best"].append(ratio(fw, bp[1]) if bp else None)
             r["mimalloc"].append(ratio(fw, med(summary, c.label, "mimalloc", exp.metric)))
-        ratios.append((exp, r))
+        if exp.in_summary:
+            ratios.append((exp, r))
         for (case, alloc), s in sorted(summary.items()):
             st = s.get(exp.metric) or {}
             summary_rows.append([exp.name, case, alloc, exp.metric, st.get("median", ""), st.get("min", ""),
                                  st.get("max", ""), s["ok"], s["runs"], s.get("skipped") or "",
                                  "; ".join(e for e in s["errors"] if e)])
         cases_for_report = cases
-        plot_file = make_plots(exp, cases_for_report, summary, alloc_names, plots_dir)
-        extra_plot_files = [f for f in (make_plots(exp, cases_for_report, summary, alloc_names, plots_dir, m, ml)
+        plot_file = make_plots(exp, cases_for_report, summary, exp_allocs, plots_dir)
+        extra_plot_files = [f for f in (make_plots(exp, cases_for_report, summary, exp_allocs, plots_dir, m, ml)
                                         for m, ml in exp.extra_plots) if f]
         index.append("- [%s](#%s) %s%s" % (exp.name, anchor("%s: %s%s" % (
             exp.name, exp.title, (" - reproduces seed `%s`" % exp.seed) if exp.seed else " - standard workload")),
             exp.title, (" (seed `%s`)" % exp.seed) if exp.seed else ""))
-        md_sections += report_experiment(exp, cases_for_report, summary, alloc_names, seeds, "plots", plot_file, em)
+        space_plots = plot_address_space(cases_for_report, recs, exp_allocs, plots_dir) if exp.name == "frag32" else {}
+        md_sections += report_experiment(exp, cases_for_report, summary, exp_allocs, seeds, "plots", plot_file, em,
+                                          recs, space_plots)
         for f in extra_plot_files:
             md_sections += ["![%s](plots/%s)" % (f[:-4], f), ""]
     if "freeway" in alloc_names:
@@ -1593,6 +2011,8 @@ def main():
     ap.add_argument("--alloc", default="", help="comma-separated allocators: " + ",".join(ALLOC_NAMES))
     ap.add_argument("--build-dir", default="build", help="the cmake build directory (default: build)")
     ap.add_argument("--bin-dir", default="", help="where the bench_* programs are (default: BUILD/bench)")
+    ap.add_argument("--m32-build-dir", default="",
+                    help="the 32-bit (-m32) cmake build directory of the 32-bit experiments (default: BUILD/m32)")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per point (default 3 quick, 5 full)")
     ap.add_argument("--scale", type=float, default=0.0, help="work scale for every experiment (1 = seed scale)")
     ap.add_argument("--out", default="", help="output directory")
@@ -1601,6 +2021,9 @@ def main():
                          "results already in the output directory and replaces only what it re-ran)")
     ap.add_argument("--timeout", type=float, default=0, help="per-run timeout in seconds")
     ap.add_argument("--list", action="store_true", help="list experiments and allocators, then exit")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite RESULTS.md, the CSV files and the plots from the output directory's results.json, "
+                         "running nothing")
     args = ap.parse_args()
 
     full = bool(args.full)
@@ -1608,11 +2031,14 @@ def main():
     build_dir = os.path.abspath(os.path.join(REPO, args.build_dir) if not os.path.isabs(args.build_dir)
                                 else args.build_dir)
     bin_dir = os.path.abspath(args.bin_dir) if args.bin_dir else os.path.join(build_dir, "bench")
+    m32_dir = os.path.abspath(args.m32_build_dir) if args.m32_build_dir else os.path.join(build_dir, "m32")
+    bin32_dir = os.path.join(m32_dir, "bench")
 
     if args.list:
         print("experiments:")
         for e in EXPERIMENTS:
-            print("  %-12s %s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else ""))
+            print("  %-12s %s%s%s" % (e.name, e.title, (" [seed %s]" % e.seed) if e.seed else "",
+                                      "" if e.default else " [not in the quick pass: --only %s]" % e.name))
         print("allocators:")
         for n, lib in PEERS:
             if lib == "@peers":
@@ -1622,7 +2048,11 @@ def main():
             else:
                 where = "(C library)" if lib is None else (
                     os.path.join(build_dir, "libfreeway.so") if lib == "@build" else (find_library(lib) or "not found"))
-            print("  %-10s %s" % (n, rel(where)))
+            extra = "".join(" %s=%s" % kv for kv in sorted(ALLOC_ENV.get(n, {}).items()))
+            if n in OPT_IN_ALLOCS:
+                extra += " (by default only in: %s)" % (
+                    ", ".join(e.name for e in EXPERIMENTS if n in e.extra_allocs) or "none")
+            print("  %-16s %s%s" % (n, rel(where), extra))
         return 0
 
     only = [x for x in args.only.split(",") if x]
@@ -1630,51 +2060,80 @@ def main():
     for x in only + skip:
         if x not in EXP_BY_NAME:
             ap.error("unknown experiment %r (have: %s)" % (x, ", ".join(EXP_BY_NAME)))
-    default_allocs = ALLOC_NAMES
+    default_allocs = DEFAULT_ALLOCS
     if os.environ.get("FW_BENCH_NO_PEERS") == "1":
-        default_allocs = [n for n in ALLOC_NAMES if n not in BUILT_PEERS]
-    wanted_allocs = [x for x in args.alloc.split(",") if x] or default_allocs
-    for x in wanted_allocs:
+        default_allocs = [n for n in default_allocs if n not in BUILT_PEERS]
+    explicit_allocs = [x for x in args.alloc.split(",") if x]
+    for x in explicit_allocs:
         if x not in ALLOC_NAMES:
             ap.error("unknown allocator %r (have: %s)" % (x, ", ".join(ALLOC_NAMES)))
-    exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip]
+    exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip
+            and (e.default or full or e.name in only)]
+
+    def exp_alloc_names(e):
+        """The allocators experiment e runs: --alloc's, or the default set plus
+        the opt-in ones the experiment names."""
+        return explicit_allocs or default_allocs + [n for n in e.extra_allocs if n not in default_allocs]
+
+    notes = []
+    allocs32 = []
+    if any(e.bits == 32 for e in exps):
+        if not all(os.path.exists(os.path.join(bin32_dir, p)) for p in ("bench_whoami", "bench_frag")):
+            notes.append("32-bit experiments (%s): no 32-bit build in %s (scripts/bench.sh makes it when gcc -m32 "
+                         "links, i.e. with Debian's gcc-multilib); skipped" % (
+                             ", ".join(e.name for e in exps if e.bits == 32), rel(m32_dir)))
+            exps = [e for e in exps if e.bits != 32]
+        else:
+            allocs32 = resolve_allocators(m32_dir, [n for n in ALLOC_NAMES if any(
+                n in exp_alloc_names(e) for e in exps if e.bits == 32)], bin32_dir, notes, bits=32)
+    wanted_allocs = [n for n in ALLOC_NAMES if any(n in exp_alloc_names(e) for e in exps if e.bits == 64)]
     reps = args.reps or (5 if full else 3)
     timeout = args.timeout or (1800 if full else 300)
     partial = bool(only or skip or args.alloc)
     out_dir = os.path.abspath(args.out) if args.out else os.path.join(HERE, "results", mode)
+    if args.report_only:
+        with open(os.path.join(out_dir, "results.json")) as f:
+            old = json.load(f)
+        with open(os.path.join(HERE, "seed_figures.json")) as f:
+            seeds = json.load(f)
+        write_outputs(out_dir, old["meta"], old["experiments"], old["records"], old["allocators"], old["notes"], seeds)
+        print("results: %s" % rel(os.path.join(out_dir, "RESULTS.md")), file=sys.stderr)
+        return 0
 
-    if not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
+    if wanted_allocs and not os.path.exists(os.path.join(bin_dir, "bench_whoami")):
         print("benchmark programs not found in %s: build first (scripts/bench.sh does)" % rel(bin_dir),
               file=sys.stderr)
         return 1
 
-    notes = []
-    allocs = resolve_allocators(build_dir, wanted_allocs, bin_dir, notes)
+    allocs = resolve_allocators(build_dir, wanted_allocs, bin_dir, notes) if wanted_allocs else []
     for n in notes:
         print("note: " + n, file=sys.stderr)
-    if not allocs:
+    if not allocs and not allocs32:
         print("no allocator available", file=sys.stderr)
         return 1
     with open(os.path.join(HERE, "seed_figures.json")) as f:
         seeds = json.load(f)
 
-    def binpath(name):
-        return os.path.join(bin_dir, "bench_" + name)
+    def binpath_of(e):
+        d = bin32_dir if e.bits == 32 else bin_dir
+        return lambda name: os.path.join(d, "bench_" + name)
 
     plan = []
     total = 0
     for e in exps:
         scale = args.scale or (1.0 if full else e.quick_scale)
-        cases = e.cases(binpath, scale, full)
-        plan.append((e, cases, scale))
+        cases = e.cases(binpath_of(e), scale, full)
+        e_allocs = [a for a in (allocs32 if e.bits == 32 else allocs) if a["name"] in exp_alloc_names(e)]
+        plan.append((e, cases, scale, e_allocs))
         if e.name == "fastpath":
-            total += len(cases) * len(allocs)
+            total += len(cases) * len(e_allocs)
         else:
-            total += len(cases) * len(allocs) * exp_reps(e, reps, bool(args.reps), full)
+            total += len(cases) * len(e_allocs) * exp_reps(e, reps, bool(args.reps), full)
     meta = machine_info()
     meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
     print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
-        mode, len(exps), ", ".join(a["name"] for a in allocs), total, rel(out_dir)), file=sys.stderr)
+        mode, len(exps), ", ".join([a["name"] for a in allocs] + ["%s (32-bit)" % a["name"] for a in allocs32]),
+        total, rel(out_dir)), file=sys.stderr)
 
     records = []
     exp_meta = {}
@@ -1682,25 +2141,28 @@ def main():
     if partial and not args.no_merge and os.path.exists(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
             old = json.load(f)
-        rerun = {e.name for e, _, _ in plan}
-        names = {a["name"] for a in allocs}
-        records = [r for r in old.get("records", []) if r["exp"] not in rerun or r["alloc"] not in names]
+        rerun = {e.name: {a["name"] for a in ea} for e, _, _, ea in plan}
+        # ("-": fastpath's allocator-free loop count, re-measured with the experiment)
+        records = [r for r in old.get("records", []) if r["alloc"] not in rerun.get(r["exp"], ())
+                   and not (r["alloc"] == "-" and r["exp"] in rerun)]
         exp_meta = {k: v for k, v in old.get("experiments", {}).items()}
         known = {a["name"] for a in allocs_info}
         allocs_info += [a for a in old.get("allocators", []) if a["name"] not in known]
         allocs_info.sort(key=lambda a: ALLOC_NAMES.index(a["name"]))
         notes = list(dict.fromkeys(old.get("notes", []) + notes))
         meta["merged_from_earlier_runs"] = True
-        for e, _, _ in plan:
-            if e.name in exp_meta and set(wanted_allocs) != set(ALLOC_NAMES):
+        for e, _, _, e_allocs in plan:
+            if e.name in exp_meta and set(exp_alloc_names(e)) != set(
+                    DEFAULT_ALLOCS + [n for n in e.extra_allocs if n not in DEFAULT_ALLOCS]):
                 earlier = exp_meta[e.name]
                 exp_meta[e.name] = dict(earlier)
                 exp_meta[e.name]["partial_reruns"] = earlier.get("partial_reruns", []) + [
-                    {"date": meta["date"], "allocs": [a["name"] for a in allocs],
+                    {"date": meta["date"], "allocs": [a["name"] for a in e_allocs],
                      "freeway_commit": meta["freeway_commit"]}]
 
     progress = Progress(total)
-    for e, cases, scale in plan:
+    scratch = tempfile.TemporaryDirectory(prefix="fwbench-")
+    for e, cases, scale, e_allocs in plan:
         started = time.monotonic()
         reruns = exp_meta.get(e.name, {}).get("partial_reruns")
         first = exp_meta.get(e.name, {}) if reruns else {}
@@ -1710,16 +2172,21 @@ def main():
                                        "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
         if reruns:
             exp_meta[e.name]["partial_reruns"] = reruns
+        if e.bits != 64:
+            # Its libraries are not the allocator table's (64-bit) ones.
+            exp_meta[e.name]["allocators"] = [{k: v for k, v in a.items() if k != "path"} for a in e_allocs]
+        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name)}
         if e.name == "fastpath":
-            run_fastpath(e, cases, allocs, full, timeout, progress, records, notes)
+            run_fastpath(e, cases, e_allocs, full, timeout, progress, records, notes)
         else:
-            run_timed(e, cases, allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records)
+            run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records, ctx)
         exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
     for em in exp_meta.values():
         for c in em.get("cases", []):
             c["argv"] = [clean_arg(a) for a in c["argv"]]
+    scratch.cleanup()
     write_outputs(out_dir, meta, exp_meta, records, allocs_info, notes, seeds)
     print("results: %s" % rel(os.path.join(out_dir, "RESULTS.md")), file=sys.stderr)
     failed = [r for r in records if not r["ok"]]

@@ -4,9 +4,10 @@
 # v2, snmalloc and rpmalloc (built from source by bench/peers/build.sh), all
 # swapped in with LD_PRELOAD over the same benchmark binaries.
 #
-#   scripts/bench.sh                  # install, build, quick pass (a few minutes)
+#   scripts/bench.sh                  # install, build, quick pass (about 10 minutes on 2 cores)
 #   scripts/bench.sh --full           # the seeds' own scale (long)
 #   scripts/bench.sh --only speed --alloc freeway,mimalloc
+#   scripts/bench.sh --only frag32    # the 32-bit experiment (not in the quick pass)
 #
 # Every argument goes to bench/run.py (see `bench/run.py --help` and
 # docs/benchmarks.md). Environment:
@@ -97,6 +98,31 @@ if [ "${FW_BENCH_NO_BUILD:-0}" != 1 ]; then
   fi
 elif [ ! -x "$BUILD_DIR/bench/bench_whoami" ] && [ -x "$BUILD_DIR/bench-only/bench_whoami" ]; then
   EXTRA+=(--bin-dir "$BUILD_DIR/bench-only")
+fi
+
+# ---- 32-bit build ---------------------------------------------------------------
+# The library and the programs of the 32-bit experiments (frag32), built with
+# -m32 in $BUILD_DIR/m32 when the compiler can link 32-bit programs (Debian:
+# gcc-multilib); without it those experiments are skipped with a note.
+build_m32() {
+  local probe
+  probe=$(mktemp -d)
+  printf 'int main(void) { return 0; }\n' > "$probe/p.c"
+  if ! cc -m32 "$probe/p.c" -o "$probe/p" >/dev/null 2>&1; then
+    rm -rf "$probe"
+    log "cc -m32 cannot link (gcc-multilib not installed): the 32-bit experiments will be skipped"
+    return 0
+  fi
+  rm -rf "$probe"
+  log "32-bit build (cmake -m32, $BUILD_DIR/m32)"
+  cmake -S . -B "$BUILD_DIR/m32" -DCMAKE_BUILD_TYPE=Release -DFW_BUILD_TESTS=OFF -DFW_BUILD_BENCH=ON \
+    -DCMAKE_C_FLAGS=-m32 -DCMAKE_CXX_FLAGS=-m32 -DCMAKE_EXE_LINKER_FLAGS=-m32 \
+    -DCMAKE_SHARED_LINKER_FLAGS=-m32 >/dev/null &&
+    cmake --build "$BUILD_DIR/m32" -j"$JOBS" --target freeway bench_frag bench_whoami >/dev/null ||
+    log "32-bit build failed: the 32-bit experiments will be skipped"
+}
+if [ "${FW_BENCH_NO_BUILD:-0}" != 1 ]; then
+  build_m32
 fi
 
 # ---- peers built from source ----------------------------------------------------
