@@ -308,7 +308,10 @@ static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
 static inline void bench_json_fw_mode(bench_json_t *j) {
   long (*get)(const char *);
   *(void **)&get = dlsym(RTLD_DEFAULT, "fw_option_get");
-  if (get) bench_json_int(j, "fw_cautious", get("cautious"));
+  if (get) {
+    bench_json_int(j, "fw_cautious", get("cautious"));
+    bench_json_int(j, "fw_secure", get("secure"));
+  }
 }
 
 static inline void bench_json_end(bench_json_t *j) {

@@ -48,6 +48,7 @@ PEERS = [
     ("system", None),
     ("freeway", "@build"),
     ("freeway-cautious", "@build"),
+    ("freeway-secure", "@build"),
     ("jemalloc", "libjemalloc.so.2"),
     ("tcmalloc", "libtcmalloc_minimal.so.4"),
     ("mimalloc", "libmimalloc.so.2"),
@@ -61,12 +62,13 @@ ALLOC_NAMES = [n for n, _ in PEERS]
 BUILT_PEERS = [n for n, lib in PEERS if lib == "@peers"]
 # Environment an allocator's runs get on top of the runner's, and the cautious
 # mode (fw_option_get("cautious")) its library must then report.
-ALLOC_ENV = {"freeway-cautious": {"FREEWAY_CAUTIOUS": "1"}}
-FREEWAY_MODE = {"freeway": 0, "freeway-cautious": 1}
+ALLOC_ENV = {"freeway-cautious": {"FREEWAY_CAUTIOUS": "1"}, "freeway-secure": {"FREEWAY_SECURE": "1"}}
+# freeway's columns and the (cautious, secure) options each must report.
+FREEWAY_MODE = {"freeway": (0, 0), "freeway-cautious": (1, 0), "freeway-secure": (0, 1)}
 # Run only by the experiments that name them in extra_allocs, or when asked
 # for with --alloc: cautious mode is a checking tool, hundreds of times slower
 # than the default mode, and the speed experiment reports what it costs.
-OPT_IN_ALLOCS = {"freeway-cautious"}
+OPT_IN_ALLOCS = {"freeway-cautious", "freeway-secure"}
 DEFAULT_ALLOCS = [n for n in ALLOC_NAMES if n not in OPT_IN_ALLOCS]
 # freeway's targets are stated against the newest mimalloc release.
 NEWEST_MIMALLOC = "mimalloc3"
@@ -176,8 +178,10 @@ class RunResult:
 def run_program(argv, preload=None, env_extra=None, timeout=600.0, want_json=True):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    # Only the freeway-cautious column turns the mode on (ALLOC_ENV).
+    # Only the freeway-cautious and freeway-secure columns turn their modes
+    # on (ALLOC_ENV).
     env.pop("FREEWAY_CAUTIOUS", None)
+    env.pop("FREEWAY_SECURE", None)
     if preload:
         env["LD_PRELOAD"] = preload
     if env_extra:
@@ -372,7 +376,7 @@ class Speed(Experiment):
             "FREEWAY_CAUTIOUS=1 (every block checked, docs/cautious.md).")
     extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
     quick_scale = 0.15
-    extra_allocs = ("freeway-cautious",)
+    extra_allocs = ("freeway-cautious", "freeway-secure")
     TABLE = [(4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
              (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)]
 
@@ -414,16 +418,17 @@ class Speed(Experiment):
                                "seed: cautious / fast", "seed: cautious / CRT"], rows), ""]
         # Every run says which mode it measured (bench_json_fw_mode).
         checks = []
-        for a, want in sorted(FREEWAY_MODE.items()):
-            seen = [summary.get((l, a), {}).get("fw_cautious") for l in labels]
-            n = sum(st["n"] for st in seen if st)
-            right = sum(st["n"] for st in seen if st and st["min"] == st["max"] == want)
-            runs = sum(summary.get((l, a), {}).get("ok", 0) for l in labels)
-            if runs:
-                checks.append("%s: %d of %d runs reported fw_cautious = %d" % (a, right, runs, want)
-                              + ("" if right == n == runs else " (MISMATCH: %d reported)" % n))
-        lines += ["Mode check, from each run's own report (fw_option_get(\"cautious\") in the benchmark "
-                  "process): " + "; ".join(checks) + ".", ""]
+        for a, wants in sorted(FREEWAY_MODE.items()):
+            for key, want in zip(("fw_cautious", "fw_secure"), wants):
+                seen = [summary.get((l, a), {}).get(key) for l in labels]
+                n = sum(st["n"] for st in seen if st)
+                right = sum(st["n"] for st in seen if st and st["min"] == st["max"] == want)
+                runs = sum(summary.get((l, a), {}).get("ok", 0) for l in labels)
+                if runs:
+                    checks.append("%s: %d of %d runs reported %s = %d" % (a, right, runs, key, want)
+                                  + ("" if right == n == runs else " (MISMATCH: %d reported)" % n))
+        lines += ["Mode check, from each run's own report (fw_option_get(\"cautious\") and "
+                  "fw_option_get(\"secure\") in the benchmark process): " + "; ".join(checks) + ".", ""]
         return lines
 
 
@@ -1254,16 +1259,17 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
             continue
         mode = None
         if name in FREEWAY_MODE:
-            # The option as the library reads it, and behaviour only cautious
-            # mode has (malloc_usable_size is the requested size there).
-            want = FREEWAY_MODE[name]
-            got, usable = r.data.get("fw_cautious"), r.data.get("usable_of_10")
-            if got != want or (usable == 10) != (want == 1):
-                notes.append("%s%s: expected cautious mode %d, the library reports %s (malloc_usable_size of a "
-                             "10-byte block: %s); skipped" % (tag, name, want, got, usable))
+            # The options as the library reads them, and behaviour only
+            # cautious mode has (malloc_usable_size is the requested size there).
+            want_c, want_s = FREEWAY_MODE[name]
+            got_c, got_s, usable = r.data.get("fw_cautious"), r.data.get("fw_secure"), r.data.get("usable_of_10")
+            if got_c != want_c or got_s != want_s or (usable == 10) != (want_c == 1):
+                notes.append("%s%s: expected cautious %d, secure %d; the library reports cautious %s, secure %s "
+                             "(malloc_usable_size of a 10-byte block: %s); skipped"
+                             % (tag, name, want_c, want_s, got_c, got_s, usable))
                 continue
-            mode = "%s (fw_option_get(\"cautious\") = %d, malloc_usable_size(malloc(10)) = %s)" % (
-                "cautious" if want else "default", got, usable)
+            mode = "%s (fw_option_get: cautious %d, secure %d; malloc_usable_size(malloc(10)) = %s)" % (
+                "cautious" if want_c else "secure" if want_s else "default", got_c, got_s, usable)
         if path:
             pkg, ver = package_version(path)
         elif bits != 64:

@@ -34,10 +34,10 @@ static int mi_version_of_live_mimalloc(void) {
   return version ? version() : 0;
 }
 
-static long fw_cautious_option(void) {
+static long fw_option(const char *name) {
   long (*get)(const char *);
   *(void **)&get = dlsym(RTLD_DEFAULT, "fw_option_get");
-  return get ? get("cautious") : -1;
+  return get ? get(name) : -1;
 }
 
 static long usable_size_of_10(void) {
@@ -49,8 +49,8 @@ static long usable_size_of_10(void) {
 
 int main(void) {
   printf("{\"bench\":\"whoami\",\"malloc\":\"%s\",\"free\":\"%s\",\"realloc\":\"%s\",\"operator_new\":\"%s\","
-         "\"fw_malloc\":\"%s\",\"mi_version\":%d,\"fw_cautious\":%ld,\"usable_of_10\":%ld}\n",
+         "\"fw_malloc\":\"%s\",\"mi_version\":%d,\"fw_cautious\":%ld,\"fw_secure\":%ld,\"usable_of_10\":%ld}\n",
          provider("malloc"), provider("free"), provider("realloc"), provider("_Znwm"), provider("fw_malloc"),
-         mi_version_of_live_mimalloc(), fw_cautious_option(), usable_size_of_10());
+         mi_version_of_live_mimalloc(), fw_option("cautious"), fw_option("secure"), usable_size_of_10());
   return 0;
 }
