@@ -403,19 +403,24 @@ class Speed(Experiment):
         rows = []
         for l, c in zip(labels, cases):
             fast, slow = med(summary, l, "freeway", self.metric), med(summary, l, "freeway-cautious", self.metric)
+            secure = med(summary, l, "freeway-secure", self.metric)
             sysv = med(summary, l, "system", self.metric)
             crt, s_slow, s_fast = (seed_ms(c.seed_key, k) for k in ("CRT ms", "NEW cautious ms", "NEW fast ms"))
             rows.append([l, cell_stat(summary.get((l, "freeway")), self.metric),
+                         cell_stat(summary.get((l, "freeway-secure")), self.metric),
                          cell_stat(summary.get((l, "freeway-cautious")), self.metric),
+                         "**%s**" % fmt_ratio(ratio(secure, fast)),
                          "**%s**" % fmt_ratio(ratio(slow, fast)), fmt_ratio(ratio(slow, sysv)),
                          "-" if crt is None else "%g" % crt, "-" if s_fast is None else "%g" % s_fast,
                          "-" if s_slow is None else "%g" % s_slow, fmt_ratio(ratio(s_slow, s_fast)),
                          fmt_ratio(ratio(s_slow, crt))])
-        lines = ["**Cautious mode against the default (fast) mode**, %s, median [min-max]; the seed's x86 "
-                 "(32-bit) figures at the seed's scale, on its hardware, where it timed both modes:" % self.metric_label,
-                 "", md_table(["case", "freeway (fast)", "freeway-cautious", "cautious / fast",
-                               "cautious / system", "seed x86: CRT", "seed x86: fast", "seed x86: cautious",
-                               "seed: cautious / fast", "seed: cautious / CRT"], rows), ""]
+        lines = ["**Each mode against the default (fast) mode**: the secure level (FREEWAY_SECURE=1) and "
+                 "cautious mode (FREEWAY_CAUTIOUS=1), %s, median [min-max]; the seed's x86 "
+                 "(32-bit) figures at the seed's scale, on its hardware, where it timed both its modes:"
+                 % self.metric_label,
+                 "", md_table(["case", "freeway (fast)", "freeway-secure", "freeway-cautious", "secure / fast",
+                               "cautious / fast", "cautious / system", "seed x86: CRT", "seed x86: fast",
+                               "seed x86: cautious", "seed: cautious / fast", "seed: cautious / CRT"], rows), ""]
         # Every run says which mode it measured (bench_json_fw_mode).
         checks = []
         for a, wants in sorted(FREEWAY_MODE.items()):
