@@ -725,10 +725,20 @@ class Strings(Experiment):
     title = "string churn: formatted integer assigned to a std::string"
     seed = "003_42323dc2e47f932d.txt"
     what = ("Each thread assigns a freshly formatted 24-digit integer to a std::string (beyond the "
-            "small-string buffer: one malloc and one free per assignment) 10M times.")
-    extra_tables = (("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"),)
+            "small-string buffer: one malloc and one free per assignment) 10M times. snprintf is most "
+            "of the work (under callgrind an allocator's malloc+free is ~40 of ~1200 instructions per assignment), so "
+            "allocators differ by a few per cent at most, less than a shared 2-core machine moves the "
+            "time of one run: the user CPU time, which does not count time spent waiting for a core, "
+            "ranks them more steadily.")
+    extra_tables = (("user_ms", "user CPU time (ms)", "f1"),
+                    ("cpu_util", "CPU usage (user+sys)/(wall x cores)", "pct"))
     extra_plots = (("cpu_util", "CPU usage (fraction of all cores)"),)
     quick_scale = 0.04
+    # Wall time of a quick 1-thread run on a loaded 2-core machine: 21-85 ms
+    # for 21 ms of CPU. Medians of 3 runs put freeway / mimalloc3 anywhere in
+    # 0.58-1.64 (5-95 %), of 7 in 0.75-1.30; runs 2.5x as long were no
+    # steadier (the noise is other processes, not the run's own length).
+    min_reps = 7
 
     def cases(self, binpath, scale, full):
         n = scaled(10000000, scale)

@@ -396,9 +396,17 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
   }
   if (size > PTRDIFF_MAX) return fw_enomem();
   if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_realloc_cautious(heap, p, size);
+  /* The checks of a free (free.c fw_free_generic): the header is proved
+   * freeway's before a redirect offset is read from it, and p must be a
+   * block's start unless its page hands out aligned interior pointers. */
+  fw_segment_t *seg = fw_ptr_segment(p);
+  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg)))
+    fw_block_check(seg, fw_ptr_slice(seg, p), p, p, "realloc of a freed block");
   fw_page_t *page = fw_ptr_page(p);
-  fw_block_check(fw_ptr_segment(p), page, p, fw_page_block_start(page, p), "realloc of a freed block");
-  size_t usable = fw_usable_size(p);
+  const fw_block_t *b = (const fw_block_t *)p;
+  if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
+  fw_block_check(seg, page, p, b, "realloc of a freed block");
+  size_t usable = page->block_size - (size_t)((const uint8_t *)p - (const uint8_t *)b);
   /* Keep the block when it fits and would not waste more than half of it. */
   if (size <= usable && size >= usable / 2) return p;
   /* A large block of this thread grows into the free slices or chunks
@@ -408,7 +416,7 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
   bool shrink = size < usable && size > FW_SPAN_MAX_SLICES * FW_SLICE_SIZE;
   if (grow || shrink) {
     if (page->kind == FW_KIND_LARGE && p == page->area &&
-        atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
+        atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() &&
         (grow ? fw_large_grow(page, size) : fw_large_shrink(page, size)))
       return p;
   }

@@ -108,6 +108,8 @@ void *fw_calloc(size_t count, size_t size) {
 }
 
 void *fw_realloc(void *p, size_t size) {
+  /* A growing buffer mostly stays in its block: that needs no heap. */
+  if (fw_likely(p != NULL) && fw_likely(fw_realloc_fits(p, size))) return p;
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {
     if (p && size == 0) {

@@ -196,7 +196,7 @@ static bool fw_arena_add(size_t min_chunks) {
   while (a && want >= min_chunks) {
     uint8_t *p = fw_os_map(want * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE, 0);
     if (p) {
-      if (!fw_opt(THP)) fw_os_thp_disable(p, want * FW_SEGMENT_SIZE);
+      fw_os_thp_advise(p, want * FW_SEGMENT_SIZE, fw_opt(THP) != 0);
       bool reuse = atomic_load_explicit(&a->released, memory_order_relaxed);
       atomic_store_explicit(&a->base, p, memory_order_relaxed);
       atomic_store_explicit(&a->chunks, (uint32_t)want, memory_order_relaxed);

@@ -4,7 +4,9 @@
  * pointer. Cautious mode's checks are hooks called from here. */
 #ifndef FW_FRONT_H
 #define FW_FRONT_H
+#include "options.h"
 #include "page.h"
+#include "segment.h"
 
 /* Everything the fast path below does not do. (size, heap): the order the
  * malloc fast path has them in, so that its miss reaches this with a
@@ -30,6 +32,37 @@ FW_HIDDEN void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p,
 /* The report of fw_block_check: what happened to p, then abort. */
 FW_HIDDEN __attribute__((noreturn)) void fw_block_report(fw_segment_t *seg, const fw_page_t *page, const void *p,
                                                          const char *what);
+
+/* realloc's in-place hit, made before anything else (no heap, no call):
+ * true when p's block holds size bytes and would not be more than half
+ * empty (fw_realloc_ex's rule) and p passes what fw_block_check asks of a
+ * pointer, in the same order: a segment header of freeway's first, then a
+ * page in use (UNUSED), then the start of one of its carved blocks, or a
+ * live large block. Pages with any flag but FULL (aligned blocks) are left
+ * to fw_realloc_ex, as is anything that fails, so that the slow path
+ * reports it. Cautious mode reads nothing through p before it has
+ * validated p (check.c). Nothing is written: the block may be any
+ * thread's. */
+FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
+  if (fw_unlikely(fw_cautious)) return false;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) return false;
+  fw_page_t *page = fw_ptr_slice(seg, p);
+  if (fw_page_flags(page) & ~(unsigned)FW_PF_FULL) {
+    /* a later slice of a medium page or of a large block */
+    if (fw_page_flags(page) != FW_PF_REDIRECT) return false;
+    page -= page->slice_offset;
+    if (fw_page_flags(page) & ~(unsigned)FW_PF_FULL) return false;
+  }
+  size_t bs = page->block_size;
+  if (size > bs || size < bs / 2) return false;
+  size_t off = (size_t)((const uint8_t *)p - page->area);
+  if (page->kind == FW_KIND_LARGE) return off == 0 && page->used != 0;
+  /* off is below 4 MiB once in range, and the divisor test holds below 2^32
+   * (off * d < d is sizeclass.h's off * d <= d - 1) */
+  uint64_t d = fw_class_divisor[page->cls];
+  return off < (size_t)page->reserved * bs && (uint64_t)off * d < d;
+}
 
 /* The malloc fast path on a ready heap: pop the free list of the page that
  * direct[size] names. */

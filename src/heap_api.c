@@ -81,6 +81,7 @@ void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
 
 void *fw_heap_realloc(fw_heap_t *heap, void *p, size_t size) {
   if (!fw_heap_owned(heap, "fw_heap_realloc")) return NULL;
+  if (p && fw_realloc_fits(p, size)) return p;
   return fw_realloc_ex(heap, p, size);
 }
 

@@ -99,11 +99,15 @@ bool fw_os_purge(void *p, size_t size) {
   return true;
 }
 
-void fw_os_thp_disable(void *p, size_t size) {
-#ifdef MADV_NOHUGEPAGE
-  madvise(p, size, MADV_NOHUGEPAGE);
+/* A kernel set to "madvise" (Debian's and Ubuntu's default) backs only the
+ * ranges asked for with huge pages, one set to "always" all but those asked
+ * not to be: an advice either way is what makes the option mean the same
+ * on both. */
+void fw_os_thp_advise(void *p, size_t size, bool huge) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #else
-  (void)p; (void)size;
+  (void)p; (void)size; (void)huge;
 #endif
 }
 

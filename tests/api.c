@@ -482,6 +482,74 @@ static void t_realloc(void) {
   }
 }
 
+/* ---- realloc in place ------------------------------------------------------------ */
+/* A block that holds the new size and would not be more than half empty
+ * stays where it is, contents and all: blocks of every kind (several of
+ * each size, so that medium blocks lie in every slice of their page, and
+ * pages fill up), aligned blocks (which keep their alignment), and blocks
+ * of another thread. Pointers that are no block's start: the bad-input
+ * suite. */
+enum { INPLACE_N = 24 };
+typedef struct {
+  char *v[INPLACE_N];
+  size_t n[INPLACE_N];
+} inplace_set;
+
+static void inplace_check(inplace_set *s, uint64_t seed) {
+  for (size_t i = 0; i < INPLACE_N; i++) {
+    char *p = s->v[i];
+    size_t u = A.usable_size(p);
+    CHECKF(u >= s->n[i], "usable size %zu of a %zu-byte block", u, s->n[i]);
+    char *q = A.realloc(p, u);
+    CHECKF(q == p, "realloc(%p, %zu), its usable size, moved it to %p", (void *)p, u, (void *)q);
+    CHECK_PATTERN(q, s->n[i], seed + i);
+    fwt_fill(q, u, seed + 100 + i);
+    q = A.realloc(p, u / 2 + 1);
+    CHECKF(q == p, "realloc(%p, %zu) of a block of %zu usable bytes moved it to %p", (void *)p, u / 2 + 1, u,
+           (void *)q);
+    CHECK_PATTERN(q, u / 2 + 1, seed + 100 + i);
+    CHECK(A.usable_size(q) >= u / 2 + 1);
+    fwt_fill(q, u / 2 + 1, seed + i);
+    s->n[i] = u / 2 + 1;
+  }
+}
+
+static void *inplace_remote(void *arg) {
+  inplace_set *s = arg;
+  inplace_check(s, 500);
+  for (size_t i = 0; i < INPLACE_N; i++) A.free(s->v[i]);
+  return NULL;
+}
+
+static void t_realloc_inplace(void) {
+  static const size_t sizes[] = {1, 8, 16, 24, 100, 1000, 1024, 1025, 5000, 8192, 8193, 20000,
+                                 65536, 100000, 131072, 131073, 200000, (size_t)1 << 20, (3u << 20) + 5};
+  static const size_t aligns[] = {0, 32, 64, 4096, 65536};
+  for (size_t k = 0; k < FWT_COUNT(sizes); k++) {
+    for (size_t a = 0; a < FWT_COUNT(aligns); a++) {
+      size_t n = fwt_scaled(sizes[k]);
+      if (n == 0) n = 1;
+      size_t al = aligns[a];
+      inplace_set *s = fwt_scratch(sizeof *s);
+      for (size_t i = 0; i < INPLACE_N; i++) {
+        s->v[i] = al ? A.aligned_alloc(al, n) : A.malloc(n);
+        CHECK(s->v[i] != NULL);
+        s->n[i] = n;
+        fwt_fill(s->v[i], n, i);
+      }
+      inplace_check(s, 0);
+      for (size_t i = 0; i < INPLACE_N; i++)
+        if (al) CHECKF(((uintptr_t)s->v[i] & (al - 1)) == 0, "%p lost its alignment %zu", (void *)s->v[i], al);
+      /* again with the contents written by the first pass */
+      for (size_t i = 0; i < INPLACE_N; i++) fwt_fill(s->v[i], s->n[i], 500 + i);
+      pthread_t t;
+      CHECK(pthread_create(&t, NULL, inplace_remote, s) == 0);
+      CHECK(pthread_join(t, NULL) == 0);
+      fwt_scratch_free(s, sizeof *s);
+    }
+  }
+}
+
 /* ---- failed reallocations leave the block intact --------------------------------- */
 static void t_realloc_fail(void) {
   size_t M = size_max();
@@ -876,6 +944,7 @@ static const fwt_section sections[] = {
   {"bad_alignment", t_bad_alignment},
   {"realloc", t_realloc},
   {"realloc_fail", t_realloc_fail},
+  {"realloc_inplace", t_realloc_inplace},
   {"usable", t_usable},
   {"calloc", t_calloc},
   {"calloc_overflow", t_calloc_overflow},

@@ -12,7 +12,9 @@
  *                  touched stays near the final size;
  *   quiet:         with a purge delay far longer than the test and no more
  *                  calls after the frees: the cap on empty segments a thread
- *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back. */
+ *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back;
+ *   thp_advice:    the mapping blocks lie in carries the transparent huge
+ *                  page advice FREEWAY_THP asks for (run with 0 and 1). */
 #include "fwtest.h"
 
 #include <pthread.h>
@@ -248,6 +250,56 @@ static void t_realloc_grow(void) {
   for (size_t i = 0; i < B; i++) A.free(buf[i]);
 }
 
+/* The VmFlags of the mapping holding p (/proc/self/smaps), or "" if none. */
+static void vm_flags(const void *p, char *out, size_t cap) {
+  out[0] = 0;
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return;
+  char line[512];
+  bool in = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long lo, hi;
+    if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      size_t n = strlen(line + 8);
+      if (n >= cap) n = cap - 1;
+      memcpy(out, line + 8, n);
+      out[n] = 0;
+      break;
+    }
+  }
+  fclose(f);
+}
+
+static void t_thp_advice(void) {
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) != 0) {
+    fwt_log("thp_advice: the kernel has no transparent huge pages: skipped");
+    exit(77);
+  }
+  long thp = X.option_get("thp");
+  CHECK(thp == 0 || thp == 1);
+  char *p = A.malloc(100);
+  char *q = A.malloc(100000);
+  CHECK(p && q);
+  for (int k = 0; k < 2; k++) {
+    char flags[256];
+    vm_flags(k ? q : p, flags, sizeof flags);
+    if (!flags[0]) {
+      fwt_log("thp_advice: no VmFlags in /proc/self/smaps: skipped");
+      exit(77);
+    }
+    fwt_log("thp_advice: FREEWAY_THP=%ld, VmFlags:%s", thp, flags);
+    /* hg: MADV_HUGEPAGE, nh: MADV_NOHUGEPAGE */
+    CHECKF(strstr(flags, thp ? " hg" : " nh") != NULL, "FREEWAY_THP=%ld, but the mapping's flags are%s", thp,
+           flags);
+    CHECKF(strstr(flags, thp ? " nh" : " hg") == NULL, "FREEWAY_THP=%ld, but the mapping's flags are%s", thp,
+           flags);
+  }
+  A.free(q);
+  A.free(p);
+}
+
 static burst_set thread_set;
 static void *burst_thread(void *arg) {
   (void)arg;
@@ -319,6 +371,7 @@ static const fwt_section sections[] = {
   {"_quiet", t_quiet},
   {"large_reuse", t_large_reuse},
   {"realloc_grow", t_realloc_grow},
+  {"thp_advice", t_thp_advice},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }

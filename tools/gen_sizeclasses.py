@@ -49,6 +49,19 @@ def main():
         w("  " + ", ".join(str(s) for s in sizes[i:i + 8]) + ",")
     w("};")
     w("")
+    w("/* class -> 2^64 / size rounded up, for the test whether an offset below")
+    w(" * 2^32 is a multiple of the block size without a division (realloc checks")
+    w(" * that a pointer is a block's start on every call): off is one exactly when")
+    w(" * (uint64_t)off * fw_class_divisor[class] <= fw_class_divisor[class] - 1.")
+    w(" * The product keeps the fraction off / size in its bits, which is below")
+    w(" * 1 / size only for a multiple (D. Lemire, O. Kaser, N. Kurz, 'Faster")
+    w(" * remainder by direct computation', 2019). */")
+    w("static const uint64_t fw_class_divisor[FW_CLASS_COUNT] = {")
+    divs = [0] + [(1 << 64) // s + 1 if (1 << 64) % s else (1 << 64) // s for s in sizes[1:]]
+    for i in range(0, len(divs), 4):
+        w("  " + ", ".join("0x%016xu" % d for d in divs[i:i + 4]) + ",")
+    w("};")
+    w("")
     w("/* Internal waste per class: the worst request that lands in it.")
     worst = 0.0
     for i in range(1, len(sizes)):

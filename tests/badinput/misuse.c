@@ -330,6 +330,31 @@ static void free_inside(size_t n, size_t off) {
   check_fresh_sizes(n);
   CHECK_PATTERN(p, n, 2);
 }
+/* realloc of a pointer inside a live block, to a size its block holds: a
+ * realloc that took it for the block would hand the program memory that
+ * runs past the block's end. */
+static void realloc_inside(size_t n, size_t off, size_t m) {
+  char *p = A.malloc(n);
+  CHECK(p != NULL);
+  fwt_fill(p, n, 2);
+  addr(p + off);
+  addr(p);
+  misuse("realloc of a pointer inside a live block");
+  char *q = A.realloc(p + off, m);
+  mark("realloc");
+  /* Never stopped: p stays the program's, and a block handed out for the
+   * call must lie clear of it. */
+  CHECKF(q == NULL || q + m <= p || q >= p + n, "realloc(p + %zu, %zu) returned %p, inside the block %p", off, m,
+         (void *)q, (void *)p);
+  if (q) hold(q, m);
+  hold(p, n);
+  check_fresh_sizes(n);
+  CHECK_PATTERN(p, n, 2);
+}
+static void t_realloc_p16(void) { realloc_inside(64, 16, 40); }
+static void t_realloc_interior(void) { realloc_inside(1000, 512, 600); }
+static void t_realloc_interior_1m(void) { realloc_inside(MiB, 300 * KiB + 48, 600 * KiB); }
+
 static void t_free_p1(void) { free_inside(64, 1); }
 static void t_free_p16(void) { free_inside(64, 16); }
 static void t_free_interior(void) { free_inside(1000, 512); }
@@ -402,15 +427,24 @@ static void probe_check(const probe *pr) {
 
 /* The harmless outcome for a foreign pointer: nothing written, neither at
  * the pointer nor where its segment header would be, and nothing handed
- * out inside the foreign memory. */
-static void free_foreign(unsigned char *mem, size_t len, unsigned char *p, const char *what) {
+ * out inside the foreign memory. With resize, the call is realloc(p, 48),
+ * a size a small block would hold in place. */
+static void foreign_call(unsigned char *mem, size_t len, unsigned char *p, const char *what, bool resize) {
   fwt_fill(mem, len, 3);
   probe *pr = fwt_scratch(sizeof *pr);
   probe_take(pr, p);
   addr(p);
   misuse(what);
-  A.free(p);
-  mark("free");
+  if (resize) {
+    unsigned char *q = A.realloc(p, 48);
+    mark("realloc");
+    CHECKF(q == NULL || q + 48 <= mem || q >= mem + len, "realloc returned %p, inside the foreign memory",
+           (void *)q);
+    if (q) hold(q, 48);
+  } else {
+    A.free(p);
+    mark("free");
+  }
   CHECK_PATTERN(mem, len, 3);
   probe_check(pr);
   hold(mem, len);
@@ -418,6 +452,10 @@ static void free_foreign(unsigned char *mem, size_t len, unsigned char *p, const
   check_fresh(1000, 256);
   CHECK_PATTERN(mem, len, 3);
   fwt_scratch_free(pr, sizeof *pr);
+}
+
+static void free_foreign(unsigned char *mem, size_t len, unsigned char *p, const char *what) {
+  foreign_call(mem, len, p, what, false);
 }
 
 static void t_free_stack(void) {
@@ -428,6 +466,9 @@ static void t_free_stack(void) {
 static _Alignas(64) unsigned char global_buf[4096];
 static void t_free_global(void) {
   free_foreign(global_buf, sizeof global_buf, global_buf + 1024, "free of a global's address");
+}
+static void t_realloc_global(void) {
+  foreign_call(global_buf, sizeof global_buf, global_buf + 1024, "realloc of a global's address", true);
 }
 
 /* A private mapping with a whole 4 MiB-aligned window in it, and the
@@ -441,31 +482,56 @@ static unsigned char *foreign_map(size_t *len, unsigned char **window) {
   return m;
 }
 
-/* The window's base is mapped (and zero, as a fresh mapping is): a lookup
- * of the segment header reads the program's memory rather than faulting. */
-static void t_free_foreign_mapped(void) {
+/* The window's base is mapped: a lookup of the segment header reads the
+ * program's memory rather than faulting. fill: the byte the window holds
+ * outside the block (0: as a fresh mapping, as a header would that was never
+ * written; 4: every word a header could hold is 0x0404..., so an offset read
+ * from it before the header is proved freeway's points far away). With
+ * resize, the call is realloc(p, 48), a size a small block would hold in
+ * place. */
+static void foreign_mapped(unsigned char fill, bool resize, const char *what) {
   size_t len;
   unsigned char *w, *m = foreign_map(&len, &w);
   unsigned char *p = w + 3 * 64 * KiB + 256;
-  /* Only the block is filled; the rest stays zero, as a header would that
-   * was never written. */
   probe *pr = fwt_scratch(sizeof *pr);
+  CHECK(readable((uintptr_t)w));
+  memset(m, fill, len);
   probe_take(pr, p);
   CHECK(pr->mapped[0]);
   fwt_fill(p, 256, 4);
   addr(p);
-  misuse("free of an address in a foreign mapping (its 4 MiB base mapped)");
-  A.free(p);
-  mark("free");
+  misuse(what);
+  if (resize) {
+    unsigned char *q = A.realloc(p, 48);
+    mark("realloc");
+    CHECKF(q == NULL || q + 48 <= m || q >= m + len, "realloc returned %p, inside the foreign memory", (void *)q);
+    if (q) hold(q, 48);
+  } else {
+    A.free(p);
+    mark("free");
+  }
   CHECK_PATTERN(p, 256, 4);
-  CHECKF(fwt_find_nonzero(m, (size_t)(p - m)) == SIZE_MAX, "foreign memory below the pointer was written");
-  CHECKF(fwt_find_nonzero(p + 256, len - (size_t)(p + 256 - m)) == SIZE_MAX,
-         "foreign memory above the pointer was written");
+  for (size_t i = 0; i < (size_t)(p - m); i++) CHECKF(m[i] == fill, "foreign memory below the pointer was written");
+  for (size_t i = (size_t)(p + 256 - m); i < len; i++)
+    CHECKF(m[i] == fill, "foreign memory above the pointer was written");
+  probe_check(pr);
   hold(m, len);
   check_fresh(64, fresh_count(64));
   check_fresh(1000, 256);
   CHECK_PATTERN(p, 256, 4);
   fwt_scratch_free(pr, sizeof *pr);
+}
+static void t_free_foreign_mapped(void) {
+  foreign_mapped(0, false, "free of an address in a foreign mapping (its 4 MiB base mapped)");
+}
+static void t_free_foreign_filled(void) {
+  foreign_mapped(4, false, "free of an address in a foreign mapping (its 4 MiB base mapped, bytes 0x04)");
+}
+static void t_realloc_foreign_mapped(void) {
+  foreign_mapped(0, true, "realloc of an address in a foreign mapping (its 4 MiB base mapped)");
+}
+static void t_realloc_foreign_filled(void) {
+  foreign_mapped(4, true, "realloc of an address in a foreign mapping (its 4 MiB base mapped, bytes 0x04)");
 }
 
 /* The same with the window's first 64 KiB (where the header would be)
@@ -923,6 +989,13 @@ static const fwt_section cases[] = {
   CASE(free_global),
   CASE(free_foreign_mapped),
   CASE(free_foreign_unmapped),
+  CASE(free_foreign_filled),
+  CASE(realloc_p16),
+  CASE(realloc_interior),
+  CASE(realloc_interior_1m),
+  CASE(realloc_global),
+  CASE(realloc_foreign_mapped),
+  CASE(realloc_foreign_filled),
   CASE(overflow_1),
   CASE(overflow_8),
   CASE(overflow_16),

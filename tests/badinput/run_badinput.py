@@ -361,6 +361,25 @@ SPEC = [
     Row("free_foreign_unmapped", "bad_pointer",
         "free of an address in a private mmap whose 4 MiB-aligned base is unmapped",
         stop(FOREIGN), (stop(FOREIGN), FAULT, NO_WRITE)),
+    Row("free_foreign_filled", "bad_pointer",
+        "free of an address in a private mmap whose 4 MiB-aligned base is mapped, every byte 0x04",
+        stop(FOREIGN), (stop(FOREIGN), NO_WRITE)),
+    # realloc checks the pointer as free does, also when the block would
+    # stay in place.
+    Row("realloc_p16", "bad_pointer", "realloc(p + 16, 40) of a live 64 B block",
+        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
+    Row("realloc_interior", "bad_pointer", "realloc(p + 512, 600) of a live 1000 B block",
+        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
+    Row("realloc_interior_1m", "bad_pointer", "realloc(p + 300 KiB + 48, 600 KiB) of a live 1 MiB block",
+        stop(INSIDE), stop(INSIDE, CORRUPT, FOREIGN)),
+    Row("realloc_global", "bad_pointer", "realloc(p, 48) of a global's address",
+        stop(FOREIGN), (stop(FOREIGN), FAULT)),
+    Row("realloc_foreign_mapped", "bad_pointer",
+        "realloc(p, 48) of an address in a private mmap whose 4 MiB-aligned base is mapped (zero)",
+        stop(FOREIGN), stop(FOREIGN)),
+    Row("realloc_foreign_filled", "bad_pointer",
+        "realloc(p, 48) of an address in a private mmap whose 4 MiB-aligned base is mapped, every byte 0x04",
+        stop(FOREIGN), stop(FOREIGN)),
 
     # Memory written where it must not be. Cautious mode sees an overflow at
     # the block's free; the default mode sees a damaged free-list link no

@@ -36,7 +36,22 @@ static void t_sizeclass(void) {
   CHECK(fw_size_class(FW_SMALL_MAX) < fw_size_class(FW_SMALL_MAX + 1));
 }
 
+/* fw_class_divisor tells the multiples of each block size among offsets
+ * inside a segment (all realloc asks it about) and a spread of larger ones
+ * below 2^32, as the remainder does. */
+static void t_class_divisor(void) {
+  CHECK(fw_class_divisor[0] == 0);
+  for (size_t c = 1; c < FW_CLASS_COUNT; c++) {
+    uint64_t m = fw_class_divisor[c];
+    size_t bs = fw_class_size[c];
+    for (uint64_t off = 0; off < ((uint64_t)1 << 32); off += off < FW_SEGMENT_SIZE ? 1 : 65521) {
+      bool multiple = off * m <= m - 1;
+      CHECKF(multiple == (off % bs == 0), "class %zu (%zu bytes): offset %llu", c, bs, (unsigned long long)off);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
-  static const it_section s[] = {{"sizeclass", t_sizeclass}};
+  static const it_section s[] = {{"sizeclass", t_sizeclass}, {"class_divisor", t_class_divisor}};
   return it_main(argc, argv, s, IT_COUNT(s));
 }
