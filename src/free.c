@@ -98,9 +98,13 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
     if ((const void *)b != p && !(fw_page_flags(page) & FW_PF_ALIGNED)) what = "free of a pointer inside a block";
     else if (page->used == 0) what = freed;
   } else {
+    /* reserved, not capacity: capacity is the owner's, still moving; the
+     * block-start test needs no division (sizeclass.h), as every free of
+     * the secure level comes here */
     size_t off = (size_t)((const uint8_t *)b - page->area);
-    if ((const uint8_t *)b < page->area || off % page->block_size != 0 ||
-        off >= (size_t)page->reserved * page->block_size)  /* capacity is the owner's, still moving */
+    uint64_t d = fw_class_divisor[page->cls];
+    if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
+        (uint64_t)off * d >= d)
       what = "free of a pointer inside a block";
     else if (fw_secure && fw_block_marked(b))
       what = freed;
