@@ -36,6 +36,8 @@ struct fw_arena_s {
   _Atomic(uint64_t) inuse[FW_ARENA_WORDS];
   _Atomic(uint64_t) dirty[FW_ARENA_WORDS];
   _Atomic(uint64_t) marked[FW_ARENA_WORDS];
+  _Atomic(uint64_t) huge[FW_ARENA_WORDS];  /* advised MADV_HUGEPAGE (the rest: NOHUGEPAGE);
+                                              changed only by a chunk's holder */
   _Atomic(uint64_t) due[FW_ARENA_CHUNKS_MAX]; /* ms: purge deadline while dirty and free,
                                                  the mark's deadline while marked */
 };
@@ -196,13 +198,16 @@ static bool fw_arena_add(size_t min_chunks) {
   while (a && want >= min_chunks) {
     uint8_t *p = fw_os_map(want * FW_SEGMENT_SIZE, FW_SEGMENT_SIZE, 0);
     if (p) {
-      fw_os_thp_advise(p, want * FW_SEGMENT_SIZE, fw_opt(THP) != 0);
+      /* whole arena one way: segments that want the other ask per chunk */
+      bool huge = fw_opt(THP) == FW_THP_ALWAYS && fw_os_thp(p, want * FW_SEGMENT_SIZE, true);
+      if (!huge) fw_os_thp(p, want * FW_SEGMENT_SIZE, false);
       bool reuse = atomic_load_explicit(&a->released, memory_order_relaxed);
       atomic_store_explicit(&a->base, p, memory_order_relaxed);
       atomic_store_explicit(&a->chunks, (uint32_t)want, memory_order_relaxed);
       for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
         atomic_store_explicit(&a->dirty[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->marked[w], 0, memory_order_relaxed);
+        atomic_store_explicit(&a->huge[w], huge ? ~(uint64_t)0 : 0, memory_order_relaxed);
       }
       fw_stat_add(reserved, want * FW_SEGMENT_SIZE);
       if (reuse) {
@@ -263,6 +268,17 @@ bool fw_arena_extend(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t more) 
   uint64_t was_dirty = atomic_fetch_and_explicit(&a->dirty[w], ~m, memory_order_acq_rel) & m;
   fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
   return true;
+}
+
+bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) {
+  size_t w = chunk / 64;
+  uint64_t m = fw_mask_low(chunks) << (chunk % 64);
+  uint64_t now = atomic_load_explicit(&a->huge[w], memory_order_relaxed) & m;
+  if (now == (huge ? m : 0)) return huge;
+  if (!fw_os_thp(fw_arena_chunk_addr(a, chunk), chunks * FW_SEGMENT_SIZE, huge)) return now == m;
+  if (huge) atomic_fetch_or_explicit(&a->huge[w], m, memory_order_relaxed);
+  else atomic_fetch_and_explicit(&a->huge[w], ~m, memory_order_relaxed);
+  return huge;
 }
 
 /* Purges the chunks of run [s, s + n) of word w; false if the OS refused. */

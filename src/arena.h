@@ -14,6 +14,11 @@ FW_HIDDEN void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chun
  * caller holds, if they are free (and in the same bitmap word); false if
  * not. They may be dirty: nothing says they read as zero. */
 FW_HIDDEN bool fw_arena_extend(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t more);
+/* Transparent huge pages for chunks the caller holds (huge), or none; a
+ * madvise only where their state changes. An arena starts with none but
+ * under FREEWAY_THP=1. Before the chunks are touched: the kernel decides at
+ * the first fault in each 2 MiB. Returns whether they are advised huge now. */
+FW_HIDDEN bool fw_arena_set_huge(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool huge);
 /* purge_now: purge at once instead of after FREEWAY_PURGE_DELAY. Any run of
  * chunks the caller holds may be given back, not only a whole claim. */
 FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool purge_now);

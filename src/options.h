@@ -15,6 +15,8 @@ FW_HIDDEN extern _Atomic(long) fw_options[FW_OPT_COUNT_];
 FW_HIDDEN void fw_options_init(void);
 FW_HIDDEN void fw_options_print(int fd);
 #define fw_opt(id) atomic_load_explicit(&fw_options[FW_OPT_##id], memory_order_relaxed)
+/* FREEWAY_THP's values */
+enum { FW_THP_NEVER = 0, FW_THP_ALWAYS = 1, FW_THP_AUTO = 2 };
 /* FREEWAY_CAUTIOUS, a start-up option, as a plain byte set once by
  * fw_options_init: the entry points that test it on every call (operator
  * new and delete, the sized frees) pay one compare with memory for it. */

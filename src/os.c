@@ -15,6 +15,8 @@
 #include <ucontext.h>
 #include <unwind.h>
 #include <sys/syscall.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
@@ -99,15 +101,39 @@ bool fw_os_purge(void *p, size_t size) {
   return true;
 }
 
-/* A kernel set to "madvise" (Debian's and Ubuntu's default) backs only the
- * ranges asked for with huge pages, one set to "always" all but those asked
- * not to be: an advice either way is what makes the option mean the same
- * on both. */
-void fw_os_thp_advise(void *p, size_t size, bool huge) {
+/* 0 not known yet, 1 huge pages can be had, 2 not (THP compiled out, or
+ * set to "never": the advice would be taken and ignored). Read once, at the
+ * first request for huge pages, so that a small program never looks. */
+static _Atomic(int) fw_os_thp_state;
+
+static bool fw_os_thp_usable(void) {
+  int s = atomic_load_explicit(&fw_os_thp_state, memory_order_relaxed);
+  if (s == 0) {
+    s = 2;
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[128];
+      ssize_t n = read(fd, buf, sizeof buf - 1);
+      close(fd);
+      if (n > 0) {
+        buf[n] = 0;
+        if (!strstr(buf, "[never]")) s = 1;
+      }
+    }
+    atomic_store_explicit(&fw_os_thp_state, s, memory_order_relaxed);
+  }
+  return s == 1;
+}
+
+bool fw_os_thp(void *p, size_t size, bool huge) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
-  madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  if (huge && !fw_os_thp_usable()) return false;
+  if (madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0) return true;
+  if (huge) atomic_store_explicit(&fw_os_thp_state, 2, memory_order_relaxed);
+  return false;
 #else
   (void)p; (void)size; (void)huge;
+  return false;
 #endif
 }
 

@@ -71,9 +71,11 @@ FW_HIDDEN bool fw_os_guard(void *p, size_t size, bool guard);
  * memory, mlockall, a kernel that refuses), the contents are unchanged and
  * the memory stays resident: the caller must keep treating it as dirty. */
 FW_HIDDEN bool fw_os_purge(void *p, size_t size);
-/* Asks the kernel to back the range with transparent huge pages (huge),
- * or not to; the kernel's own setting decides what happens otherwise. */
-FW_HIDDEN void fw_os_thp_advise(void *p, size_t size, bool huge);
+/* Asks the kernel to back the range with transparent huge pages (2 MiB, one
+ * page fault each, taken at the first touch of a huge page's range) or not
+ * to. False if it refused (no THP support): nothing changed. Splits the
+ * mapping where the advice changes, so callers give it in whole chunks. */
+FW_HIDDEN bool fw_os_thp(void *p, size_t size, bool huge);
 /* True if the page holding p is mapped (a probe; no access is made). */
 FW_HIDDEN bool fw_os_is_mapped(const void *p);
 

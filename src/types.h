@@ -116,6 +116,7 @@ struct fw_segment_s {
       uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
       uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
       uint8_t abandoned;            /* direct mappings: on the abandoned list */
+      uint8_t huge;                 /* backed by transparent huge pages (FREEWAY_THP) */
     };
     uint8_t header_raw_[256]; /* the page descriptors start at 256 */
   };
@@ -169,6 +170,7 @@ struct fw_tld_s {
   uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
   size_t segments_empty;            /* owned segments with no page in use */
+  size_t segments_small;            /* owned segments of small pages */
   fw_tld_t *pool_next;
 };
 

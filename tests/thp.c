@@ -1,0 +1,219 @@
+/* thp.c — transparent huge pages (FREEWAY_THP), read from the advice the
+ * kernel keeps for each mapping (the "hg" and "nh" flags of
+ * /proc/self/smaps), which does not depend on huge pages being free:
+ *   advice:  a thread that has filled two segments of small blocks gets
+ *            huge pages for the next ones; its first ones stay on 4 KiB
+ *            pages, so a small heap's RSS tracks its use;
+ *   medium:  blocks of medium pages (8-128 KiB) never get them, however
+ *            many: a calloc'd block left untouched must stay out of RSS;
+ *   split:   a burst in huge pages, freed but for one block per 2 MiB and
+ *            collected: RSS falls by most of it, and the segments that were
+ *            purged in part have gone back to 4 KiB pages;
+ *   never:   with FREEWAY_THP=0, no mapping of the heap asks for them;
+ *   delay0:  nor with FREEWAY_PURGE_DELAY=0.
+ * The kernel must offer huge pages (not "[never]" in
+ * /sys/kernel/mm/transparent_hugepage/enabled): else the sections are
+ * skipped. */
+#include "fwtest.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+static const size_t burst = 24 * MiB; /* six segments */
+
+static bool thp_offered(void) {
+  char buf[128];
+  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  return strstr(buf, "[never]") == NULL;
+}
+
+static void need_thp(long mode) {
+  if (!thp_offered()) {
+    fwt_log("the kernel offers no transparent huge pages here: skipped");
+    exit(77);
+  }
+  long thp = X.option_get("thp");
+  CHECKF(thp == mode, "option thp is %ld, expected %ld for this section", thp, mode);
+}
+
+/* The VmFlags line of the mapping that holds p, into flags (empty if none). */
+static void vma_flags(const void *p, char *flags, size_t cap) {
+  static char *buf;
+  static const size_t size = 8 * MiB;
+  if (!buf) buf = fwt_scratch(size);
+  int fd = open("/proc/self/smaps", O_RDONLY);
+  CHECK(fd >= 0);
+  size_t len = 0;
+  ssize_t n;
+  while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) > 0) len += (size_t)n;
+  close(fd);
+  CHECKF(len < size - 1, "/proc/self/smaps is larger than %zu bytes", size);
+  buf[len] = 0;
+  flags[0] = 0;
+  bool in = false;
+  for (char *line = buf; line && *line;) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    unsigned long start, end;
+    char dash;
+    if (sscanf(line, "%lx%c%lx", &start, &dash, &end) == 3 && dash == '-') {
+      in = (uintptr_t)p >= start && (uintptr_t)p < end;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      snprintf(flags, cap, "%s", line + 8);
+      return;
+    }
+    line = next;
+  }
+}
+
+static bool has_flag(const char *flags, const char *f) {
+  size_t k = strlen(f);
+  for (const char *s = flags; (s = strstr(s, f)) != NULL; s += k)
+    if ((s == flags || s[-1] == ' ') && (s[k] == ' ' || s[k] == 0)) return true;
+  return false;
+}
+
+typedef struct run {
+  size_t size, n;
+  char **v;
+} run;
+
+static void fill(run *r, size_t size) {
+  r->size = size;
+  r->n = burst / size;
+  r->v = fwt_scratch(r->n * sizeof *r->v);
+  for (size_t i = 0; i < r->n; i++) {
+    r->v[i] = A.malloc(size);
+    CHECK(r->v[i] != NULL);
+    memset(r->v[i], (int)(i & 0x7f) | 1, size);
+  }
+}
+
+static void release(run *r) {
+  for (size_t i = 0; i < r->n; i++) A.free(r->v[i]);
+  fwt_scratch_free(r->v, r->n * sizeof *r->v);
+}
+
+/* Each case runs on a thread of its own: a fresh heap, whatever the main
+ * thread's has done. */
+static void on_thread(void *(*fn)(void *)) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+}
+
+static void *advice_thread(void *arg) {
+  (void)arg;
+  run r;
+  fill(&r, 256);
+  char first[512], last[512];
+  vma_flags(r.v[0], first, sizeof first);
+  vma_flags(r.v[r.n - 1], last, sizeof last);
+  fwt_log("advice: %zu MiB of 256 B blocks: first block's mapping [%s], last block's [%s]", burst / MiB, first,
+          last);
+  CHECKF(has_flag(first, "nh") && !has_flag(first, "hg"),
+         "the first segment of a thread asks for huge pages: flags [%s]", first);
+  CHECKF(has_flag(last, "hg"), "a thread with %zu MiB of small blocks got no huge pages: flags [%s]", burst / MiB,
+         last);
+  release(&r);
+  return NULL;
+}
+
+static void t_advice(void) {
+  need_thp(2);
+  on_thread(advice_thread);
+}
+
+static void *medium_thread(void *arg) {
+  (void)arg;
+  run r;
+  fill(&r, 16 * 1024);
+  char last[512];
+  vma_flags(r.v[r.n - 1], last, sizeof last);
+  fwt_log("medium: %zu MiB of 16 KiB blocks: last block's mapping [%s]", burst / MiB, last);
+  CHECKF(!has_flag(last, "hg"), "medium blocks got huge pages: flags [%s]", last);
+  release(&r);
+  return NULL;
+}
+
+static void t_medium(void) {
+  need_thp(2);
+  on_thread(medium_thread);
+}
+
+static void *split_thread(void *arg) {
+  (void)arg;
+  run r;
+  size_t r0 = fwt_rss();
+  fill(&r, 256);
+  size_t r1 = fwt_rss();
+  /* one survivor per 2 MiB: every huge page keeps a block */
+  size_t every = 2 * MiB / r.size;
+  char before[512];
+  vma_flags(r.v[r.n - every], before, sizeof before);
+  /* (a purge may come while these frees run, if they take longer than the
+   * purge delay) */
+  for (size_t i = 0; i < r.n; i++)
+    if (i % every != 0) A.free(r.v[i]);
+  X.collect(true);
+  size_t r2 = fwt_rss();
+  char after[512];
+  vma_flags(r.v[r.n - every], after, sizeof after);
+  fwt_log("split: rss %zu MiB before, %zu MiB with the burst, %zu MiB with one block per 2 MiB left, collected; "
+          "mapping of a late survivor [%s] before the frees, [%s] after the collect",
+          r0 / MiB, r1 / MiB, r2 / MiB, before, after);
+  CHECKF(has_flag(before, "hg"), "the late blocks of the burst got no huge pages: flags [%s]", before);
+  CHECKF(r1 >= r0 + burst * 3 / 4, "RSS rose only from %zu to %zu MiB for a %zu MiB burst", r0 / MiB, r1 / MiB,
+         burst / MiB);
+  CHECKF(r2 <= r0 + (r1 - r0) / 4, "RSS stayed at %zu MiB (%zu before the burst, %zu with it) with one block per 2 MiB left",
+         r2 / MiB, r0 / MiB, r1 / MiB);
+  CHECKF(!has_flag(after, "hg"), "a segment purged in part still asks for huge pages: flags [%s]", after);
+  for (size_t i = 0; i < r.n; i += every) A.free(r.v[i]);
+  fwt_scratch_free(r.v, r.n * sizeof *r.v);
+  return NULL;
+}
+
+static void t_split(void) {
+  need_thp(2);
+  on_thread(split_thread);
+}
+
+static void *none_thread(void *arg) {
+  (void)arg;
+  run r;
+  fill(&r, 256);
+  char last[512];
+  vma_flags(r.v[r.n - 1], last, sizeof last);
+  fwt_log("%zu MiB of 256 B blocks: last block's mapping [%s]", burst / MiB, last);
+  CHECKF(!has_flag(last, "hg"), "huge pages asked for: flags [%s]", last);
+  release(&r);
+  return NULL;
+}
+
+static void t_never(void) {
+  need_thp(0);
+  on_thread(none_thread);
+}
+
+static void t_delay0(void) {
+  need_thp(2);
+  CHECK(X.option_get("purge_delay") == 0);
+  on_thread(none_thread);
+}
+
+static const fwt_section sections[] = {
+  {"advice", t_advice},
+  {"medium", t_medium},
+  {"split", t_split},
+  {"_never", t_never},
+  {"_delay0", t_delay0},
+};
+
+int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
