@@ -242,17 +242,23 @@ static bool fw_is_ours(uintptr_t pc) {
   return (pc >= fw_static_lo && pc < fw_static_hi) || fw_os_probing(pc);
 }
 
-/* The stack of the caller of freeway, up to n frames, without freeway's
- * own. */
-static size_t fw_stack(uintptr_t *pcs, size_t n, uintptr_t from_pc) {
-  if (!fw_code_static) {
-    size_t k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, from_pc);
-    if (!k && from_pc) k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, 0);
-    return k;
-  }
-  uintptr_t raw[24];
-  size_t m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, from_pc);
-  if (!m && from_pc) m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, 0);
+/* The stack of the caller of freeway, up to n frames (at most 16),
+ * without freeway's own. quick: the walk that keeps each return address's
+ * rule (a block's allocation and free); else the unwinder, which starts at
+ * from_pc if that is not 0 (a report). */
+static size_t fw_walk(uintptr_t *pcs, size_t n, uintptr_t lo, uintptr_t hi, bool quick, uintptr_t from_pc) {
+  size_t k = quick ? fw_os_backtrace_quick(pcs, n, lo, hi) : SIZE_MAX;
+  if (k != SIZE_MAX) return k;
+  k = fw_os_backtrace(pcs, n, lo, hi, from_pc);
+  if (!k && from_pc) k = fw_os_backtrace(pcs, n, lo, hi, 0);
+  return k;
+}
+
+static size_t fw_stack(uintptr_t *pcs, size_t n, bool quick, uintptr_t from_pc) {
+  if (!fw_code_static) return fw_walk(pcs, n, fw_code_lo, fw_code_hi, quick, from_pc);
+  /* freeway's frames are among the first 12 */
+  uintptr_t raw[12 + 16];
+  size_t m = fw_walk(raw, 12 + n, 0, 0, quick, from_pc);
   size_t start = 0;
   for (size_t i = 0; i < m && i < 12; i++)
     if (fw_is_ours(raw[i])) start = i + 1;
@@ -261,17 +267,16 @@ static size_t fw_stack(uintptr_t *pcs, size_t n, uintptr_t from_pc) {
   return k;
 }
 
-static void fw_capture(uintptr_t *pcs) {
+/* A block's allocation or free stack. Inlined into the hooks, so that the
+ * quick walk, when it can run from here, has only the hook's caller's
+ * frames of freeway to step over. Neither walk is expected to allocate; if
+ * one ever did, its allocation must not walk again. */
+FW_INLINE void fw_capture(uintptr_t *pcs) {
   size_t n = 0;
-  if (!fw_frames) {
-    memset(pcs, 0, FW_CHECK_FRAMES * sizeof *pcs);
-    return;
-  }
-  /* the unwinder is not expected to allocate; if it ever did, its
-   * allocation must not unwind again */
   if (fw_frames && !fw_in_capture) {
     fw_in_capture = 1;
-    n = fw_stack(pcs, fw_frames, 0);
+    n = fw_code_static ? SIZE_MAX : fw_os_backtrace_quick(pcs, fw_frames, fw_code_lo, fw_code_hi);
+    if (n == SIZE_MAX) n = fw_stack(pcs, fw_frames, true, 0);
     fw_in_capture = 0;
   }
   for (; n < FW_CHECK_FRAMES; n++) pcs[n] = 0;
@@ -453,7 +458,7 @@ static __attribute__((noreturn)) void fw_report(fw_report_t *r) {
     }
   }
   uintptr_t now[16];
-  size_t n = fw_stack(now, 16, r->from_pc);
+  size_t n = fw_stack(now, 16, false, r->from_pc);
   fw_out(&o, "  found in %s by ", r->call);
   fw_out_thread(&o, fw_thread_id());
   fw_out_frames(&o, now, n);
@@ -633,7 +638,7 @@ static void fw_trailer_publish_freed(fw_blk_t *k) {
   fw_trailer_seal(k, FW_ST_FREED);
 }
 
-static void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align, unsigned form, bool stack) {
+FW_INLINE void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align, unsigned form, bool stack) {
   __atomic_store_n(&k->tp->tail, fw_busy(k->b), __ATOMIC_RELAXED);
   k->t.size = size;
   k->t.info = fw_info((size_t)(user - k->b), form, align);
@@ -903,9 +908,10 @@ void fw_check_init(void) {
   fw_frames = (size_t)fw_opt(CAUTIOUS_FRAMES);
   if (fw_frames > FW_CHECK_FRAMES) fw_frames = FW_CHECK_FRAMES;
   fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
+  if (fw_frames) fw_os_backtrace_init();
   if (fw_code_static) {
     const void *fns[] = {(const void *)fw_check_init, (const void *)fw_check_free, (const void *)fw_check_malloc,
-                         (const void *)fw_os_backtrace,
+                         (const void *)fw_os_backtrace, (const void *)fw_os_backtrace_quick,
                          (const void *)fw_page_collect, (const void *)fw_heap_collect_delayed,
                          (const void *)fw_segment_page_free, (const void *)fw_arena_contains,
                          (const void *)fw_message, (const void *)fw_options_init};
