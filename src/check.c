@@ -186,47 +186,71 @@ typedef uint64_t fw_word_t __attribute__((may_alias, aligned(8)));
 #include <emmintrin.h>
 #endif
 
-/* Fills [from, to) with the pattern. */
+/* The bytes of the word at a (8-aligned) that lie in [from, to), as a
+ * mask (x86 is little-endian: the byte at a + i is bits 8i to 8i + 7). */
+static inline uint64_t fw_word_mask(uintptr_t a, uintptr_t from, uintptr_t to) {
+  uint64_t m = ~(uint64_t)0;
+  if (from > a) m <<= 8 * (from - a);
+  if (to < a + 8) m &= ~(uint64_t)0 >> 8 * (a + 8 - to);
+  return m;
+}
+
+/* Fills [from, to) with the pattern. The block is the caller's alone (a
+ * block being handed out or freed): the word that holds both its first
+ * bytes and some before them is rewritten whole, with those kept. */
 static void fw_pat_fill(uint8_t *from, uint8_t *to, uint64_t w) {
-  uint8_t *q = from;
-  for (; q < to && ((uintptr_t)q & 7); q++) *q = fw_pat_byte(w, (uintptr_t)q);
+  if (from >= to) return;
+  uintptr_t f = (uintptr_t)from, t = (uintptr_t)to, q = f & ~(uintptr_t)7;
+  if (q != f || t - q < 8) {
+    uint64_t m = fw_word_mask(q, f, t), v = *(fw_word_t *)q;
+    *(fw_word_t *)q = (v & ~m) | (w & m);
+    q += 8;
+  }
 #if defined(__SSE2__)
   __m128i v = _mm_set1_epi64x((long long)w);
-  for (; to - q >= 64; q += 64) {
+  for (; q + 64 <= t; q += 64) {
     _mm_storeu_si128((__m128i *)q, v);
     _mm_storeu_si128((__m128i *)(q + 16), v);
     _mm_storeu_si128((__m128i *)(q + 32), v);
     _mm_storeu_si128((__m128i *)(q + 48), v);
   }
-  for (; to - q >= 16; q += 16) _mm_storeu_si128((__m128i *)q, v);
+  for (; q + 16 <= t; q += 16) _mm_storeu_si128((__m128i *)q, v);
 #endif
-  for (; to - q >= 8; q += 8) *(fw_word_t *)q = w;
-  for (; q < to; q++) *q = fw_pat_byte(w, (uintptr_t)q);
+  for (; q + 8 <= t; q += 8) *(fw_word_t *)q = w;
+  for (; q < t; q++) *(uint8_t *)q = fw_pat_byte(w, q);
 }
 
 /* The first byte in [from, to) that differs from the pattern, or NULL.
- * Stretches are compared whole; only one that differs is searched byte by
- * byte. */
+ * Whole words are compared (the first one masked to the stretch), only
+ * one that differs byte by byte. */
 static const uint8_t *fw_pat_find(const uint8_t *from, const uint8_t *to, uint64_t w) {
-  const uint8_t *q = from;
-  for (; q < to && ((uintptr_t)q & 7); q++)
-    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
-#if defined(__SSE2__)
-  __m128i v = _mm_set1_epi64x((long long)w);
-  for (; to - q >= 64; q += 64) {
-    __m128i e = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v),
-                              _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 16)), v));
-    e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 32)), v));
-    e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 48)), v));
-    if (_mm_movemask_epi8(e) != 0xffff) break;
+  if (from >= to) return NULL;
+  uintptr_t f = (uintptr_t)from, t = (uintptr_t)to, q = f & ~(uintptr_t)7;
+  if (q != f || t - q < 8) {
+    if ((*(const fw_word_t *)q ^ w) & fw_word_mask(q, f, t)) goto bytes;
+    q += 8;
   }
-  for (; to - q >= 16; q += 16)
-    if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v)) != 0xffff) break;
+#if defined(__SSE2__)
+  {
+    __m128i v = _mm_set1_epi64x((long long)w);
+    for (; q + 64 <= t; q += 64) {
+      __m128i e = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v),
+                                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 16)), v));
+      e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 32)), v));
+      e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 48)), v));
+      if (_mm_movemask_epi8(e) != 0xffff) goto bytes;
+    }
+    for (; q + 16 <= t; q += 16)
+      if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v)) != 0xffff) goto bytes;
+  }
 #endif
-  for (; to - q >= 8; q += 8)
-    if (*(const fw_word_t *)q != w) break;
-  for (; q < to; q++)
-    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
+  for (; q + 8 <= t; q += 8)
+    if (*(const fw_word_t *)q != w) goto bytes;
+  if (q >= t || !((*(const fw_word_t *)q ^ w) & fw_word_mask(q, q, t))) return NULL;
+bytes:
+  /* a difference in the stretch from q (or from from) on: the first one */
+  for (const uint8_t *b = (const uint8_t *)(q > f ? q : f); b < to; b++)
+    if (*b != fw_pat_byte(w, (uintptr_t)b)) return b;
   return NULL;
 }
 
@@ -305,10 +329,15 @@ static void fw_blk_at(fw_blk_t *k, fw_page_t *page, uint8_t *b) {
   k->fresh = page->kind != FW_KIND_LARGE && b >= (uint8_t *)__atomic_load_n(&page->fresh, __ATOMIC_RELAXED);
 }
 
-/* Reads the trailer (as a seqlock reader: tail is the sequence). */
+/* Reads the trailer (as a seqlock reader: tail is the sequence); its
+ * stacks only when a report shows them (fw_report). */
 static void fw_blk_read(fw_blk_t *k) {
   uint64_t t1 = __atomic_load_n(&k->tp->tail, __ATOMIC_ACQUIRE);
-  memcpy(&k->t, k->tp, sizeof k->t);
+  k->t.head = k->tp->head;
+  k->t.size = k->tp->size;
+  k->t.info = k->tp->info;
+  k->t.alloc_thread = k->tp->alloc_thread;
+  k->t.free_thread = k->tp->free_thread;
   FW_FENCE(__ATOMIC_ACQUIRE);
   uint64_t t2 = __atomic_load_n(&k->tp->tail, __ATOMIC_RELAXED);
   k->t.tail = t1;
@@ -450,11 +479,15 @@ static __attribute__((noreturn)) void fw_report(fw_report_t *r) {
     if (fw_info_align(k->t.info)) fw_out(&o, ", alignment %zu", fw_info_align(k->t.info));
     fw_out(&o, ") by ");
     fw_out_thread(&o, k->t.alloc_thread);
-    fw_out_frames(&o, k->t.alloc_pc, FW_CHECK_FRAMES);
+    /* the stacks as the trailer holds them now (fw_blk_read leaves them) */
+    uintptr_t pcs[FW_CHECK_FRAMES];
+    memcpy(pcs, k->tp->alloc_pc, sizeof pcs);
+    fw_out_frames(&o, pcs, FW_CHECK_FRAMES);
     if (r->freed) {
       fw_out(&o, "  freed by ");
       fw_out_thread(&o, k->t.free_thread);
-      fw_out_frames(&o, k->t.free_pc, FW_CHECK_FRAMES);
+      memcpy(pcs, k->tp->free_pc, sizeof pcs);
+      fw_out_frames(&o, pcs, FW_CHECK_FRAMES);
     }
   }
   uintptr_t now[16];
@@ -707,7 +740,10 @@ void fw_check_set_form(void *p, unsigned form) {
   if (fw_locate(p, &k) != FW_LOC_BLOCK) return;
   __atomic_store_n(&k.tp->tail, fw_busy(k.b), __ATOMIC_RELAXED);
   k.t.info = fw_info(fw_info_off(k.t.info), form, fw_info_align(k.t.info));
-  fw_trailer_publish_live(&k);
+  k.core = fw_core(k.b, k.bs, &k.t);
+  FW_FENCE(__ATOMIC_RELEASE);
+  k.tp->info = k.t.info;
+  fw_trailer_seal(&k, FW_ST_LIVE);
 }
 
 static const char *fw_how_call(unsigned how) {
