@@ -50,6 +50,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ThreadSanitizer does not model fences (gcc refuses them under
  * -fsanitize=thread). Its builds run the default mode, where none of the
@@ -178,14 +181,6 @@ static inline uint8_t fw_pat_byte(uint64_t w, uintptr_t a) { return (uint8_t)(w 
 
 typedef uint64_t fw_word_t __attribute__((may_alias, aligned(8)));
 
-/* Past the first word boundary, the pattern is whole words: with SSE2,
- * sixteen bytes at a time (both halves of a vector hold the word, the
- * pattern being by the address mod 8), four vectors per step; then a word,
- * then bytes. */
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 /* The bytes of the word at a (8-aligned) that lie in [from, to), as a
  * mask (x86 is little-endian: the byte at a + i is bits 8i to 8i + 7). */
 static inline uint64_t fw_word_mask(uintptr_t a, uintptr_t from, uintptr_t to) {
@@ -195,7 +190,12 @@ static inline uint64_t fw_word_mask(uintptr_t a, uintptr_t from, uintptr_t to) {
   return m;
 }
 
-/* Fills [from, to) with the pattern. The block is the caller's alone (a
+/* The pattern is written and compared in whole words: a partial first or
+ * last word under a mask, then, with SSE2, sixteen bytes at a time (both
+ * halves of a vector hold the word, the pattern being by the address mod
+ * 8), four vectors per step, then words.
+ *
+ * Fills [from, to) with the pattern. The block is the caller's alone (a
  * block being handed out or freed): the word that holds both its first
  * bytes and some before them is rewritten whole, with those kept. */
 static void fw_pat_fill(uint8_t *from, uint8_t *to, uint64_t w) {
