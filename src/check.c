@@ -50,6 +50,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ThreadSanitizer does not model fences (gcc refuses them under
  * -fsanitize=thread). Its builds run the default mode, where none of the
@@ -83,10 +86,14 @@ typedef struct {
 _Static_assert(sizeof(fw_trailer_t) % 8 == 0, "trailer: whole words");
 
 enum { FW_ST_BAD = 0, FW_ST_LIVE = 1, FW_ST_FREED = 2, FW_ST_BUSY = 3 };
-#define FW_HALF_HEAD 0x68656164ull
-#define FW_HALF_TAIL 0x7461696cull
+enum { FW_HALF_HEAD = 0, FW_HALF_TAIL = 1 };
 
-static uint64_t fw_key;
+/* The secret, drawn at start-up; no part of it is ever stored in a block. */
+static struct {
+  uint64_t core[6];     /* the keyed hash of a trailer's fields */
+  uint64_t half[2][3];  /* [head, tail][live, freed]: what each half adds to it */
+  uint64_t busy, canary, freed;
+} fw_sec;
 static size_t fw_frames;                   /* FREEWAY_CAUTIOUS_FRAMES */
 static uintptr_t fw_code_lo, fw_code_hi;  /* freeway's code: frames left out of stacks */
 static __thread int fw_in_capture;
@@ -103,14 +110,47 @@ static inline uint64_t fw_mix(uint64_t x) {
   return x ^ (x >> 32);
 }
 
-static uint64_t fw_mac(const uint8_t *b, size_t bs, unsigned state, const fw_trailer_t *t, uint64_t half) {
-  uint64_t h = fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ (half << 32));
-  h = fw_mix(h ^ (uint64_t)bs ^ ((uint64_t)state << 58));
-  h = fw_mix(h ^ t->size);
-  h = fw_mix(h ^ t->info);
-  return fw_mix(h ^ t->alloc_thread ^ fw_key);
+/* Two 64-bit words folded into one: the high and low halves of their full
+ * product, xored. With both words offset by secrets, the result of inputs
+ * that differ anywhere is unrelated without the secrets. */
+static inline uint64_t fw_fold(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+  __uint128_t r = (__uint128_t)a * b;
+  return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+  return fw_mix(a ^ fw_mix(b));
+#endif
 }
-static uint64_t fw_busy(const uint8_t *b) { return fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ 0x6275737900000000ull); }
+
+/* The keyed hash of what a trailer vouches for: the block's address and
+ * size, the requested size, the form and alignment, the allocating thread.
+ * The trailer's head and tail are this hash xored with a secret of their
+ * own for the block's state (fw_half), so one hash per trailer read or
+ * written serves both halves and both states.
+ *
+ * What it guards against is a program's own stray writes, not an adversary
+ * who reads the heap (one who could would read the secret as well). A word
+ * the program writes, copies or computes matches a half only if it knows
+ * the hash: a guess holds with a chance of 2^-64; a trailer copied from
+ * another block fails on the address, a head copied into a tail or a live
+ * value turned into a freed one fails on the halves' secrets, which differ
+ * by amounts drawn at random. Two folds of secret-offset inputs and a
+ * third of their sum make the hash of one block useless for another:
+ * nothing linear survives the products. */
+static uint64_t fw_core(const uint8_t *b, size_t bs, const fw_trailer_t *t) {
+  uint64_t x = fw_fold((uint64_t)(uintptr_t)b ^ fw_sec.core[0], t->size ^ fw_sec.core[1]);
+  uint64_t y = fw_fold(t->info ^ fw_sec.core[2], (uint64_t)bs ^ fw_sec.core[3]);
+  return fw_fold(x ^ y ^ fw_sec.core[4], t->alloc_thread ^ fw_sec.core[5]);
+}
+static inline uint64_t fw_half(uint64_t core, unsigned half, unsigned state) { return core ^ fw_sec.half[half][state]; }
+static inline int fw_half_state(uint64_t core, uint64_t v, unsigned half) {
+  uint64_t d = v ^ core;
+  if (d == fw_sec.half[half][FW_ST_LIVE]) return FW_ST_LIVE;
+  if (d == fw_sec.half[half][FW_ST_FREED]) return FW_ST_FREED;
+  return FW_ST_BAD;
+}
+/* tail while a free or an allocation rewrites the trailer */
+static uint64_t fw_busy(const uint8_t *b) { return fw_mix(fw_sec.busy ^ (uint64_t)(uintptr_t)b); }
 
 static uint32_t fw_info_off(uint64_t info) { return (uint32_t)info; }
 static unsigned fw_info_form(uint64_t info) { return (unsigned)(info >> 32) & 0xff; }
@@ -124,39 +164,93 @@ static uint64_t fw_info(size_t off, unsigned form, size_t align) {
 }
 
 /* Eight pattern bytes for a block, none of them zero (a string's
- * terminator one byte too far must show). */
-static uint64_t fw_pattern(const uint8_t *b, uint64_t domain) {
-  uint64_t w = fw_mix(fw_key ^ (uint64_t)(uintptr_t)b ^ domain);
-  for (unsigned i = 0; i < 64; i += 8)
-    if (((w >> i) & 0xff) == 0) w |= (uint64_t)0xa5 << i;
-  return w;
+ * terminator one byte too far must show): drawn from the secret and the
+ * block's address, so that bytes copied from another block's canary or
+ * freed pattern do not pass for this one's. */
+static uint64_t fw_pattern(const uint8_t *b, uint64_t secret) {
+  uint64_t w = fw_fold((uint64_t)(uintptr_t)b ^ secret, secret | 1);
+  const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
+  /* a byte's top bit here is set exactly when the byte is zero */
+  uint64_t zero = ~(((w & lo7) + lo7) | w | lo7);
+  return w | (zero >> 7) * 0xa5;
 }
-#define FW_CANARY 0x63616e6172790000ull
-#define FW_FREED 0x6672656564000000ull
 
 /* The byte at address a of a pattern: by the address, so that word-sized
  * stretches compare as words. */
 static inline uint8_t fw_pat_byte(uint64_t w, uintptr_t a) { return (uint8_t)(w >> ((a & 7) * 8)); }
 
-static void fw_pat_fill(uint8_t *from, uint8_t *to, uint64_t w) {
-  uint8_t *q = from;
-  for (; q < to && ((uintptr_t)q & 7); q++) *q = fw_pat_byte(w, (uintptr_t)q);
-  for (; q + 8 <= to; q += 8) memcpy(q, &w, 8);
-  for (; q < to; q++) *q = fw_pat_byte(w, (uintptr_t)q);
+typedef uint64_t fw_word_t __attribute__((may_alias, aligned(8)));
+
+/* The bytes of the word at a (8-aligned) that lie in [from, to), as a
+ * mask (x86 is little-endian: the byte at a + i is bits 8i to 8i + 7). */
+static inline uint64_t fw_word_mask(uintptr_t a, uintptr_t from, uintptr_t to) {
+  uint64_t m = ~(uint64_t)0;
+  if (from > a) m <<= 8 * (from - a);
+  if (to < a + 8) m &= ~(uint64_t)0 >> 8 * (a + 8 - to);
+  return m;
 }
 
-/* The first byte in [from, to) that differs from the pattern, or NULL. */
-static const uint8_t *fw_pat_find(const uint8_t *from, const uint8_t *to, uint64_t w) {
-  const uint8_t *q = from;
-  for (; q < to && ((uintptr_t)q & 7); q++)
-    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
-  for (; q + 8 <= to; q += 8) {
-    uint64_t v;
-    memcpy(&v, q, 8);
-    if (v != w) break;
+/* The pattern is written and compared in whole words: a partial first or
+ * last word under a mask, then, with SSE2, sixteen bytes at a time (both
+ * halves of a vector hold the word, the pattern being by the address mod
+ * 8), four vectors per step, then words.
+ *
+ * Fills [from, to) with the pattern. The block is the caller's alone (a
+ * block being handed out or freed): the word that holds both its first
+ * bytes and some before them is rewritten whole, with those kept. */
+static void fw_pat_fill(uint8_t *from, uint8_t *to, uint64_t w) {
+  if (from >= to) return;
+  uintptr_t f = (uintptr_t)from, t = (uintptr_t)to, q = f & ~(uintptr_t)7;
+  if (q != f || t - q < 8) {
+    uint64_t m = fw_word_mask(q, f, t), v = *(fw_word_t *)q;
+    *(fw_word_t *)q = (v & ~m) | (w & m);
+    q += 8;
   }
-  for (; q < to; q++)
-    if (*q != fw_pat_byte(w, (uintptr_t)q)) return q;
+#if defined(__SSE2__)
+  __m128i v = _mm_set1_epi64x((long long)w);
+  for (; q + 64 <= t; q += 64) {
+    _mm_storeu_si128((__m128i *)q, v);
+    _mm_storeu_si128((__m128i *)(q + 16), v);
+    _mm_storeu_si128((__m128i *)(q + 32), v);
+    _mm_storeu_si128((__m128i *)(q + 48), v);
+  }
+  for (; q + 16 <= t; q += 16) _mm_storeu_si128((__m128i *)q, v);
+#endif
+  for (; q + 8 <= t; q += 8) *(fw_word_t *)q = w;
+  for (; q < t; q++) *(uint8_t *)q = fw_pat_byte(w, q);
+}
+
+/* The first byte in [from, to) that differs from the pattern, or NULL.
+ * Whole words are compared (the first one masked to the stretch), only
+ * one that differs byte by byte. */
+static const uint8_t *fw_pat_find(const uint8_t *from, const uint8_t *to, uint64_t w) {
+  if (from >= to) return NULL;
+  uintptr_t f = (uintptr_t)from, t = (uintptr_t)to, q = f & ~(uintptr_t)7;
+  if (q != f || t - q < 8) {
+    if ((*(const fw_word_t *)q ^ w) & fw_word_mask(q, f, t)) goto bytes;
+    q += 8;
+  }
+#if defined(__SSE2__)
+  {
+    __m128i v = _mm_set1_epi64x((long long)w);
+    for (; q + 64 <= t; q += 64) {
+      __m128i e = _mm_and_si128(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v),
+                                _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 16)), v));
+      e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 32)), v));
+      e = _mm_and_si128(e, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(q + 48)), v));
+      if (_mm_movemask_epi8(e) != 0xffff) goto bytes;
+    }
+    for (; q + 16 <= t; q += 16)
+      if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)q), v)) != 0xffff) goto bytes;
+  }
+#endif
+  for (; q + 8 <= t; q += 8)
+    if (*(const fw_word_t *)q != w) goto bytes;
+  if (q >= t || !((*(const fw_word_t *)q ^ w) & fw_word_mask(q, q, t))) return NULL;
+bytes:
+  /* a difference in the stretch from q (or from from) on: the first one */
+  for (const uint8_t *b = (const uint8_t *)(q > f ? q : f); b < to; b++)
+    if (*b != fw_pat_byte(w, (uintptr_t)b)) return b;
   return NULL;
 }
 
@@ -172,17 +266,23 @@ static bool fw_is_ours(uintptr_t pc) {
   return (pc >= fw_static_lo && pc < fw_static_hi) || fw_os_probing(pc);
 }
 
-/* The stack of the caller of freeway, up to n frames, without freeway's
- * own. */
-static size_t fw_stack(uintptr_t *pcs, size_t n, uintptr_t from_pc) {
-  if (!fw_code_static) {
-    size_t k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, from_pc);
-    if (!k && from_pc) k = fw_os_backtrace(pcs, n, fw_code_lo, fw_code_hi, 0);
-    return k;
-  }
-  uintptr_t raw[24];
-  size_t m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, from_pc);
-  if (!m && from_pc) m = fw_os_backtrace(raw, sizeof raw / sizeof raw[0], 0, 0, 0);
+/* The stack of the caller of freeway, up to n frames (at most 16),
+ * without freeway's own. quick: the walk that keeps each return address's
+ * rule (a block's allocation and free); else the unwinder, which starts at
+ * from_pc if that is not 0 (a report). */
+static size_t fw_walk(uintptr_t *pcs, size_t n, uintptr_t lo, uintptr_t hi, bool quick, uintptr_t from_pc) {
+  size_t k = quick ? fw_os_backtrace_quick(pcs, n, lo, hi) : SIZE_MAX;
+  if (k != SIZE_MAX) return k;
+  k = fw_os_backtrace(pcs, n, lo, hi, from_pc);
+  if (!k && from_pc) k = fw_os_backtrace(pcs, n, lo, hi, 0);
+  return k;
+}
+
+static size_t fw_stack(uintptr_t *pcs, size_t n, bool quick, uintptr_t from_pc) {
+  if (!fw_code_static) return fw_walk(pcs, n, fw_code_lo, fw_code_hi, quick, from_pc);
+  /* freeway's frames are among the first 12 */
+  uintptr_t raw[12 + 16];
+  size_t m = fw_walk(raw, 12 + n, 0, 0, quick, from_pc);
   size_t start = 0;
   for (size_t i = 0; i < m && i < 12; i++)
     if (fw_is_ours(raw[i])) start = i + 1;
@@ -191,13 +291,16 @@ static size_t fw_stack(uintptr_t *pcs, size_t n, uintptr_t from_pc) {
   return k;
 }
 
-static void fw_capture(uintptr_t *pcs) {
+/* A block's allocation or free stack. Inlined into the hooks, so that the
+ * quick walk, when it can run from here, has only the hook's caller's
+ * frames of freeway to step over. Neither walk is expected to allocate; if
+ * one ever did, its allocation must not walk again. */
+FW_INLINE void fw_capture(uintptr_t *pcs) {
   size_t n = 0;
-  /* the unwinder is not expected to allocate; if it ever did, its
-   * allocation must not unwind again */
   if (fw_frames && !fw_in_capture) {
     fw_in_capture = 1;
-    n = fw_stack(pcs, fw_frames, 0);
+    n = fw_code_static ? SIZE_MAX : fw_os_backtrace_quick(pcs, fw_frames, fw_code_lo, fw_code_hi);
+    if (n == SIZE_MAX) n = fw_stack(pcs, fw_frames, true, 0);
     fw_in_capture = 0;
   }
   for (; n < FW_CHECK_FRAMES; n++) pcs[n] = 0;
@@ -210,6 +313,7 @@ typedef struct {
   size_t bs;              /* block size */
   fw_trailer_t *tp;       /* where its trailer is */
   fw_trailer_t t;         /* a copy */
+  uint64_t core;          /* fw_core of the copy */
   int head, tail;         /* FW_ST_* each half says */
   bool stable;            /* the copy did not change while it was read */
   bool fresh;             /* never handed out in this page's life */
@@ -225,28 +329,30 @@ static void fw_blk_at(fw_blk_t *k, fw_page_t *page, uint8_t *b) {
   k->fresh = page->kind != FW_KIND_LARGE && b >= (uint8_t *)__atomic_load_n(&page->fresh, __ATOMIC_RELAXED);
 }
 
-static int fw_half_state(const fw_blk_t *k, uint64_t v, uint64_t half) {
-  if (v == fw_mac(k->b, k->bs, FW_ST_LIVE, &k->t, half)) return FW_ST_LIVE;
-  if (v == fw_mac(k->b, k->bs, FW_ST_FREED, &k->t, half)) return FW_ST_FREED;
-  return FW_ST_BAD;
-}
-
-/* Reads the trailer (as a seqlock reader: tail is the sequence). */
+/* Reads the trailer (as a seqlock reader: tail is the sequence); its
+ * stacks only when a report shows them (fw_report). */
 static void fw_blk_read(fw_blk_t *k) {
   uint64_t t1 = __atomic_load_n(&k->tp->tail, __ATOMIC_ACQUIRE);
-  memcpy(&k->t, k->tp, sizeof k->t);
+  k->t.head = k->tp->head;
+  k->t.size = k->tp->size;
+  k->t.info = k->tp->info;
+  k->t.alloc_thread = k->tp->alloc_thread;
+  k->t.free_thread = k->tp->free_thread;
   FW_FENCE(__ATOMIC_ACQUIRE);
   uint64_t t2 = __atomic_load_n(&k->tp->tail, __ATOMIC_RELAXED);
   k->t.tail = t1;
   k->stable = t1 == t2;
-  k->head = fw_half_state(k, k->t.head, FW_HALF_HEAD);
-  k->tail = t1 == fw_busy(k->b) ? FW_ST_BUSY : fw_half_state(k, t1, FW_HALF_TAIL);
+  k->core = fw_core(k->b, k->bs, &k->t);
+  k->head = fw_half_state(k->core, k->t.head, FW_HALF_HEAD);
+  k->tail = fw_half_state(k->core, t1, FW_HALF_TAIL);
+  if (k->tail == FW_ST_BAD && t1 == fw_busy(k->b)) k->tail = FW_ST_BUSY;
 }
 
 /* The page and block of any pointer, without trusting it: nothing is read
  * before the memory is known to be mapped and a segment header of ours. */
 static int fw_locate(const void *p, fw_blk_t *k) {
-  memset(k, 0, sizeof *k);
+  /* a caller reads k only for a block */
+  k->page = NULL;
   if ((uintptr_t)p < 4096) return FW_LOC_FOREIGN;
   fw_segment_t *seg = fw_ptr_segment(p);
   if (!fw_arena_contains(p) && !fw_os_is_mapped(seg)) return FW_LOC_FOREIGN;
@@ -373,15 +479,19 @@ static __attribute__((noreturn)) void fw_report(fw_report_t *r) {
     if (fw_info_align(k->t.info)) fw_out(&o, ", alignment %zu", fw_info_align(k->t.info));
     fw_out(&o, ") by ");
     fw_out_thread(&o, k->t.alloc_thread);
-    fw_out_frames(&o, k->t.alloc_pc, FW_CHECK_FRAMES);
+    /* the stacks as the trailer holds them now (fw_blk_read leaves them) */
+    uintptr_t pcs[FW_CHECK_FRAMES];
+    memcpy(pcs, k->tp->alloc_pc, sizeof pcs);
+    fw_out_frames(&o, pcs, FW_CHECK_FRAMES);
     if (r->freed) {
       fw_out(&o, "  freed by ");
       fw_out_thread(&o, k->t.free_thread);
-      fw_out_frames(&o, k->t.free_pc, FW_CHECK_FRAMES);
+      memcpy(pcs, k->tp->free_pc, sizeof pcs);
+      fw_out_frames(&o, pcs, FW_CHECK_FRAMES);
     }
   }
   uintptr_t now[16];
-  size_t n = fw_stack(now, 16, r->from_pc);
+  size_t n = fw_stack(now, 16, false, r->from_pc);
   fw_out(&o, "  found in %s by ", r->call);
   fw_out_thread(&o, fw_thread_id());
   fw_out_frames(&o, now, n);
@@ -453,7 +563,7 @@ static __attribute__((noreturn)) void fw_fail_underrun_into(const fw_blk_t *prev
  * pad before it. */
 static void fw_check_canary(const fw_blk_t *k, const char *call) {
   uint8_t *user = fw_blk_user(k);
-  uint64_t w = fw_pattern(k->b, FW_CANARY);
+  uint64_t w = fw_pattern(k->b, fw_sec.canary);
   uint8_t *end = (uint8_t *)k->tp;
   uint8_t *from = user + k->t.size;
   if ((size_t)(end - from) > FW_CHECK_SPAN) end = from + FW_CHECK_SPAN;
@@ -528,10 +638,18 @@ static void fw_check_prev(const fw_blk_t *k, const char *call) {
 }
 
 /* ---- writing a trailer ------------------------------------------------------------------ */
-/* Publishes the trailer t (fields already in place or in t) for state. The
- * caller has set tail to busy (or holds the block unseen by others). */
-static void fw_trailer_publish(fw_blk_t *k, unsigned state) {
+/* Both halves for the state, tail last (a seqlock writer: the caller has
+ * set tail to busy, or holds the block unseen by others, and the fields
+ * are in place). */
+static void fw_trailer_seal(fw_blk_t *k, unsigned state) {
+  __atomic_store_n(&k->tp->head, fw_half(k->core, FW_HALF_HEAD, state), __ATOMIC_RELAXED);
+  __atomic_store_n(&k->tp->tail, fw_half(k->core, FW_HALF_TAIL, state), __ATOMIC_RELEASE);
+}
+
+/* Publishes a live trailer with every field from k->t. */
+static void fw_trailer_publish_live(fw_blk_t *k) {
   fw_trailer_t *tp = k->tp;
+  k->core = fw_core(k->b, k->bs, &k->t);
   FW_FENCE(__ATOMIC_RELEASE);
   tp->size = k->t.size;
   tp->info = k->t.info;
@@ -539,11 +657,21 @@ static void fw_trailer_publish(fw_blk_t *k, unsigned state) {
   tp->free_thread = k->t.free_thread;
   memcpy(tp->alloc_pc, k->t.alloc_pc, sizeof tp->alloc_pc);
   memcpy(tp->free_pc, k->t.free_pc, sizeof tp->free_pc);
-  __atomic_store_n(&tp->head, fw_mac(k->b, k->bs, state, &k->t, FW_HALF_HEAD), __ATOMIC_RELAXED);
-  __atomic_store_n(&tp->tail, fw_mac(k->b, k->bs, state, &k->t, FW_HALF_TAIL), __ATOMIC_RELEASE);
+  fw_trailer_seal(k, FW_ST_LIVE);
 }
 
-static void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align, unsigned form, bool stack) {
+/* Publishes a freed trailer: what the hash covers is as the block's
+ * allocation left it (the tail the free swapped out vouched for it), so
+ * only the free's own fields and the halves change. */
+static void fw_trailer_publish_freed(fw_blk_t *k) {
+  fw_trailer_t *tp = k->tp;
+  FW_FENCE(__ATOMIC_RELEASE);
+  tp->free_thread = k->t.free_thread;
+  memcpy(tp->free_pc, k->t.free_pc, sizeof tp->free_pc);
+  fw_trailer_seal(k, FW_ST_FREED);
+}
+
+FW_INLINE void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align, unsigned form, bool stack) {
   __atomic_store_n(&k->tp->tail, fw_busy(k->b), __ATOMIC_RELAXED);
   k->t.size = size;
   k->t.info = fw_info((size_t)(user - k->b), form, align);
@@ -551,12 +679,12 @@ static void fw_write_live(fw_blk_t *k, uint8_t *user, size_t size, size_t align,
   k->t.free_thread = 0;
   if (stack) fw_capture(k->t.alloc_pc);
   memset(k->t.free_pc, 0, sizeof k->t.free_pc);
-  uint64_t w = fw_pattern(k->b, FW_CANARY);
+  uint64_t w = fw_pattern(k->b, fw_sec.canary);
   uint8_t *from = user + size, *end = (uint8_t *)k->tp;
   if ((size_t)(end - from) > FW_CHECK_SPAN) end = from + FW_CHECK_SPAN;
   fw_pat_fill(from, end, w);
   if (user > k->b) fw_pat_fill(user - k->b > FW_CHECK_SPAN ? user - FW_CHECK_SPAN : k->b, user, w);
-  fw_trailer_publish(k, FW_ST_LIVE);
+  fw_trailer_publish_live(k);
 }
 
 /* ---- the hooks ------------------------------------------------------------------------- */
@@ -569,7 +697,6 @@ void fw_check_pop(fw_page_t *page) {
   fw_block_t *head = page->free;
   if (head == FW_LIST_END) return;
   fw_blk_t k;
-  memset(&k, 0, sizeof k);
   fw_blk_at(&k, page, (uint8_t *)head);
   /* the test fw_page_pop_checked makes, made first so that the damage is
    * told as what it is here: a write into a freed block */
@@ -580,7 +707,7 @@ void fw_check_pop(fw_page_t *page) {
   fw_blk_read(&k);
   uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
   if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
-  const uint8_t *bad = k.fresh ? NULL : fw_pat_find(fill, end, fw_pattern(k.b, FW_FREED));
+  const uint8_t *bad = k.fresh ? NULL : fw_pat_find(fill, end, fw_pattern(k.b, fw_sec.freed));
   bool marked = k.head == FW_ST_FREED && k.tail == FW_ST_FREED;
   if (!link_bad && !bad && marked) return;
   if (!link_bad && !bad && k.head == FW_ST_FREED) fw_fail_underrun_into(&k, "malloc");
@@ -598,7 +725,6 @@ void fw_check_pop(fw_page_t *page) {
 
 void fw_check_malloc(fw_page_t *page, void *block, void *user, size_t size, size_t align) {
   fw_blk_t k;
-  memset(&k, 0, sizeof k);
   fw_blk_at(&k, page, block);
   if (page->kind == FW_KIND_LARGE) fw_ring_drop(user);
   unsigned form = FW_FORM_MALLOC;
@@ -614,7 +740,10 @@ void fw_check_set_form(void *p, unsigned form) {
   if (fw_locate(p, &k) != FW_LOC_BLOCK) return;
   __atomic_store_n(&k.tp->tail, fw_busy(k.b), __ATOMIC_RELAXED);
   k.t.info = fw_info(fw_info_off(k.t.info), form, fw_info_align(k.t.info));
-  fw_trailer_publish(&k, FW_ST_LIVE);
+  k.core = fw_core(k.b, k.bs, &k.t);
+  FW_FENCE(__ATOMIC_RELEASE);
+  k.tp->info = k.t.info;
+  fw_trailer_seal(&k, FW_ST_LIVE);
 }
 
 static const char *fw_how_call(unsigned how) {
@@ -665,11 +794,11 @@ fw_block_t *fw_check_free(void *p, unsigned how, size_t size, size_t align, fw_p
   if (k.page->kind != FW_KIND_LARGE) {
     uint8_t *fill = k.b + sizeof(fw_block_t), *end = (uint8_t *)k.tp;
     if ((size_t)(end - fill) > FW_CHECK_SPAN) end = fill + FW_CHECK_SPAN;
-    fw_pat_fill(fill, end, fw_pattern(k.b, FW_FREED));
+    fw_pat_fill(fill, end, fw_pattern(k.b, fw_sec.freed));
   } else {
     fw_ring_add(p);
   }
-  fw_trailer_publish(&k, FW_ST_FREED);
+  fw_trailer_publish_freed(&k);
   *page = k.page;
   return (fw_block_t *)k.b;
 }
@@ -808,14 +937,17 @@ void fw_check_init(void) {
     }
   }
   if (!fw_opt(CAUTIOUS)) return;
-  fw_os_random(&fw_key, sizeof fw_key);
-  fw_key |= 1;
+  fw_os_random(&fw_sec, sizeof fw_sec);
+  /* the two states of a half must differ */
+  for (unsigned h = 0; h < 2; h++)
+    if (fw_sec.half[h][FW_ST_LIVE] == fw_sec.half[h][FW_ST_FREED]) fw_sec.half[h][FW_ST_FREED] ^= 1;
   fw_frames = (size_t)fw_opt(CAUTIOUS_FRAMES);
   if (fw_frames > FW_CHECK_FRAMES) fw_frames = FW_CHECK_FRAMES;
   fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
+  if (fw_frames) fw_os_backtrace_init();
   if (fw_code_static) {
     const void *fns[] = {(const void *)fw_check_init, (const void *)fw_check_free, (const void *)fw_check_malloc,
-                         (const void *)fw_os_backtrace,
+                         (const void *)fw_os_backtrace, (const void *)fw_os_backtrace_quick,
                          (const void *)fw_page_collect, (const void *)fw_heap_collect_delayed,
                          (const void *)fw_segment_page_free, (const void *)fw_arena_contains,
                          (const void *)fw_message, (const void *)fw_options_init};

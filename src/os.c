@@ -200,6 +200,474 @@ size_t fw_os_backtrace(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t 
   return st.n;
 }
 
+/* ---- call stacks, quickly ------------------------------------------------------
+ * The unwinder finds and decodes a frame's unwind table entry (its FDE and
+ * CIE, the DWARF call frame information) anew at every frame of every
+ * walk: most of what cautious mode cost. At a return address, though, what
+ * a walk needs is small and never changes: where the caller's frame
+ * address (the CFA) is (the stack pointer or the frame pointer plus an
+ * offset, or a word the frame pointer points near, for a function that
+ * realigned its stack); that the return address is just below it; whether
+ * the frame pointer was saved and where. fw_os_backtrace_quick keeps that,
+ * packed in one word per return address, in a table every thread shares
+ * (written once per address, then only read), and steps through a frame
+ * with a few loads.
+ *
+ * The table only keeps addresses in objects loaded before the walker was
+ * set up (the program, its libraries, preloaded ones): those stay mapped
+ * until the process ends, while code that dlopen loaded may be unloaded
+ * and other code mapped at its addresses. Frames elsewhere are decoded
+ * anew at each walk, as the unwinder does. A frame whose rule the word
+ * cannot express (a signal frame, another expression, a return address
+ * kept elsewhere than below the CFA, a frame pointer needed but not known)
+ * ends the quick walk: the caller walks again with the unwinder, which
+ * knows every rule. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if defined(__x86_64__)
+enum { FW_DW_SP = 7, FW_DW_BP = 6, FW_DW_RA = 16 };
+#else
+enum { FW_DW_SP = 4, FW_DW_BP = 5, FW_DW_RA = 8 };
+#endif
+#define FW_W ((intptr_t)sizeof(uintptr_t))
+
+/* libgcc's lookup of the unwind table entry that covers pc (also in LLVM's
+ * libunwind); no public header declares it. */
+struct fw_eh_bases { void *tbase, *dbase, *func; };
+extern const void *_Unwind_Find_FDE(const void *pc, struct fw_eh_bases *bases);
+
+/* A frame's rule. kind: FW_R_STEP (the rest says how), FW_R_END (the
+ * stack ends here: no unwind entry, or the return address is undefined,
+ * as in a thread's first frame), FW_R_HARD (the quick walk cannot step). */
+enum { FW_R_NONE = 0, FW_R_STEP = 1, FW_R_END = 2, FW_R_HARD = 3 };
+/* the CFA: SP + off, BP + off, or the word at BP + off */
+enum { FW_CFA_SP = 0, FW_CFA_BP = 1, FW_CFA_AT_BP = 2 };
+/* the caller's BP: unchanged, the word at CFA + off, not known, the word
+ * at BP + off */
+enum { FW_BP_SAME = 0, FW_BP_AT_CFA = 1, FW_BP_LOST = 2, FW_BP_AT_BP = 3 };
+typedef struct {
+  unsigned kind, cfa, bp;
+  intptr_t cfa_off, bp_off;  /* in bytes */
+} fw_rule_t;
+
+/* The table: a word per return address, at an index drawn from the
+ * address, holding the address's upper bits (so that the word names the
+ * address exactly) and its rule:
+ *   bits 0-1 kind, 2-3 cfa, 4-5 bp, 6-13 bp_off / FW_W (signed),
+ *   14-29 cfa_off / FW_W (signed for FW_CFA_AT_BP, else unsigned: frames
+ *   up to 64 Ki words), 30-63 the address >> FW_RULE_BITS. */
+#define FW_RULE_BITS 13
+#define FW_RULES ((size_t)1 << FW_RULE_BITS)
+#define FW_RULE_TAG 30
+static _Atomic(uint64_t) fw_rules[FW_RULES];
+static size_t fw_rule_index(uintptr_t pc) { return (size_t)(pc ^ (pc >> FW_RULE_BITS)) & (FW_RULES - 1); }
+
+static bool fw_rule_pack(const fw_rule_t *r, uintptr_t pc, uint64_t *w) {
+  if ((uint64_t)(pc >> FW_RULE_BITS) >> (64 - FW_RULE_TAG)) return false;
+  if (r->cfa_off % FW_W || r->bp_off % FW_W) return false;
+  intptr_t c = r->cfa_off / FW_W, b = r->bp_off / FW_W;
+  if (r->cfa == FW_CFA_AT_BP ? c < -32768 || c > 32767 : c < 0 || c > 65535) return false;
+  if (b < -128 || b > 127) return false;
+  *w = (uint64_t)(pc >> FW_RULE_BITS) << FW_RULE_TAG | (uint64_t)(uint16_t)c << 14 | (uint64_t)(uint8_t)b << 6 |
+       (uint64_t)r->bp << 4 | (uint64_t)r->cfa << 2 | r->kind;
+  return true;
+}
+
+/* The code of the objects loaded when the walker was set up. */
+#define FW_FIXED_MAX 128
+static struct { uintptr_t lo, hi; } fw_fixed[FW_FIXED_MAX];
+static size_t fw_fixed_n;
+static bool fw_quick_ready;
+
+static bool fw_fixed_has(uintptr_t pc) {
+  for (size_t i = 0; i < fw_fixed_n; i++)
+    if (pc >= fw_fixed[i].lo && pc < fw_fixed[i].hi) return true;
+  return false;
+}
+
+/* ---- reading the call frame information ---- */
+typedef struct {
+  const uint8_t *p, *end;
+  bool bad;
+} fw_cfi_rd_t;
+
+static uint8_t fw_rd_u8(fw_cfi_rd_t *r) {
+  if (r->p >= r->end) {
+    r->bad = true;
+    return 0;
+  }
+  return *r->p++;
+}
+static uint64_t fw_rd_fixed(fw_cfi_rd_t *r, size_t n) {
+  uint64_t v = 0;
+  if ((size_t)(r->end - r->p) < n) {
+    r->bad = true;
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) v |= (uint64_t)r->p[i] << (8 * i);  /* x86: little-endian */
+  r->p += n;
+  return v;
+}
+static uint64_t fw_rd_uleb(fw_cfi_rd_t *r) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  uint8_t b;
+  do {
+    b = fw_rd_u8(r);
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    shift += 7;
+  } while ((b & 0x80) && !r->bad);
+  return v;
+}
+static int64_t fw_rd_sleb(fw_cfi_rd_t *r) {
+  uint64_t v = 0;
+  unsigned shift = 0;
+  uint8_t b;
+  do {
+    b = fw_rd_u8(r);
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    shift += 7;
+  } while ((b & 0x80) && !r->bad);
+  if (shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
+  return (int64_t)v;
+}
+/* Skips a pointer in DW_EH_PE encoding enc; false for a form not known. */
+static bool fw_rd_skip_ptr(fw_cfi_rd_t *r, uint8_t enc) {
+  if (enc == 0xff) return true;  /* omitted */
+  switch (enc & 0x0f) {
+  case 0x00: fw_rd_fixed(r, sizeof(uintptr_t)); break;
+  case 0x01: fw_rd_uleb(r); break;
+  case 0x09: fw_rd_sleb(r); break;
+  case 0x02: case 0x0a: fw_rd_fixed(r, 2); break;
+  case 0x03: case 0x0b: fw_rd_fixed(r, 4); break;
+  case 0x04: case 0x0c: fw_rd_fixed(r, 8); break;
+  default: return false;
+  }
+  return !r->bad && (enc & 0x70) != 0x50;  /* aligned pointers: not used on x86 */
+}
+
+/* A DWARF expression of the one form the walk follows: DW_OP_breg of the
+ * frame pointer with an offset, then DW_OP_deref if deref (what gcc emits
+ * for a function that realigns its stack). Sets *off. */
+static bool fw_expr_bp(const uint8_t *p, uint64_t len, bool deref, int64_t *off) {
+  fw_cfi_rd_t e = {p, p + len, false};
+  if (fw_rd_u8(&e) != 0x70 + FW_DW_BP) return false;
+  *off = fw_rd_sleb(&e);
+  if (deref && fw_rd_u8(&e) != 0x06) return false;
+  return !e.bad && e.p == e.end;
+}
+
+/* What the CFA program says at one point, for what a walk needs. */
+enum { FW_REG_SAME = 0, FW_REG_OFFSET = 1, FW_REG_UNDEF = 2, FW_REG_OTHER = 3, FW_REG_AT_BP = 4 };
+enum { FW_HOW_REG = 0, FW_HOW_AT_BP = 1, FW_HOW_EXPR = 2 };
+typedef struct {
+  uint64_t cfa_reg;
+  int64_t cfa_off;      /* FW_HOW_REG: CFA = cfa_reg + cfa_off */
+  int64_t cfa_exp_off;  /* FW_HOW_AT_BP: CFA = the word at BP + cfa_exp_off */
+  unsigned cfa_how;
+  bool sp_ruled;
+  unsigned ra, bp;
+  int64_t ra_off, bp_off;
+} fw_cfa_state_t;
+
+static void fw_cfa_set(fw_cfa_state_t *st, uint64_t reg, unsigned kind, int64_t off) {
+  if (reg == FW_DW_RA) {
+    st->ra = kind;
+    st->ra_off = off;
+  } else if (reg == FW_DW_BP) {
+    st->bp = kind;
+    st->bp_off = off;
+  } else if (reg == FW_DW_SP && kind != FW_REG_SAME) {
+    st->sp_ruled = true;
+  }
+}
+static void fw_cfa_restore(fw_cfa_state_t *st, const fw_cfa_state_t *init, uint64_t reg) {
+  if (reg == FW_DW_RA) {
+    st->ra = init->ra;
+    st->ra_off = init->ra_off;
+  } else if (reg == FW_DW_BP) {
+    st->bp = init->bp;
+    st->bp_off = init->bp_off;
+  } else if (reg == FW_DW_SP) {
+    st->sp_ruled = init->sp_ruled;
+  }
+}
+
+/* Runs a CFA program up to (not including) the instructions for code at
+ * or after target; init is the CIE's state (for DW_CFA_restore), NULL
+ * while running the CIE's own. False on an instruction not known. */
+static bool fw_cfa_run(fw_cfi_rd_t *r, fw_cfa_state_t *st, const fw_cfa_state_t *init, uintptr_t loc,
+                       uintptr_t target, uint64_t code_align, int64_t data_align) {
+  fw_cfa_state_t saved[8];
+  size_t depth = 0;
+  while (r->p < r->end && (!init || loc < target)) {
+    uint8_t op = fw_rd_u8(r);
+    uint64_t reg, v;
+    int64_t off;
+    switch (op >> 6) {
+    case 1: loc += (op & 0x3f) * code_align; continue;
+    case 2: fw_cfa_set(st, op & 0x3f, FW_REG_OFFSET, (int64_t)fw_rd_uleb(r) * data_align); continue;
+    case 3: if (!init) return false; fw_cfa_restore(st, init, op & 0x3f); continue;
+    default: break;
+    }
+    switch (op) {
+    case 0x00: break;                                                          /* nop */
+    case 0x02: loc += fw_rd_fixed(r, 1) * code_align; break;                   /* advance_loc1 */
+    case 0x03: loc += fw_rd_fixed(r, 2) * code_align; break;                   /* advance_loc2 */
+    case 0x04: loc += fw_rd_fixed(r, 4) * code_align; break;                   /* advance_loc4 */
+    case 0x05: reg = fw_rd_uleb(r); fw_cfa_set(st, reg, FW_REG_OFFSET, (int64_t)fw_rd_uleb(r) * data_align); break;
+    case 0x06: reg = fw_rd_uleb(r); if (!init) return false; fw_cfa_restore(st, init, reg); break;
+    case 0x07: fw_cfa_set(st, fw_rd_uleb(r), FW_REG_UNDEF, 0); break;        /* undefined */
+    case 0x08: fw_cfa_set(st, fw_rd_uleb(r), FW_REG_SAME, 0); break;         /* same_value */
+    case 0x09: reg = fw_rd_uleb(r); fw_rd_uleb(r); fw_cfa_set(st, reg, FW_REG_OTHER, 0); break;  /* register */
+    case 0x0a:                                                                 /* remember_state */
+      if (depth == sizeof saved / sizeof saved[0]) return false;
+      saved[depth++] = *st;
+      break;
+    case 0x0b:                                                                 /* restore_state */
+      if (!depth) return false;
+      *st = saved[--depth];
+      break;
+    case 0x0c:                                                                 /* def_cfa */
+      st->cfa_reg = fw_rd_uleb(r);
+      st->cfa_off = (int64_t)fw_rd_uleb(r);
+      st->cfa_how = FW_HOW_REG;
+      break;
+    case 0x0d: st->cfa_reg = fw_rd_uleb(r); st->cfa_how = FW_HOW_REG; break;  /* def_cfa_register */
+    case 0x0e: st->cfa_off = (int64_t)fw_rd_uleb(r); break;                    /* def_cfa_offset */
+    case 0x0f:                                                                 /* def_cfa_expression */
+      v = fw_rd_uleb(r);
+      if (r->bad || v > (uint64_t)(r->end - r->p)) return false;
+      st->cfa_how = fw_expr_bp(r->p, v, true, &st->cfa_exp_off) ? FW_HOW_AT_BP : FW_HOW_EXPR;
+      r->p += v;
+      break;
+    case 0x10: case 0x16:                                                      /* (val_)expression */
+      reg = fw_rd_uleb(r);
+      v = fw_rd_uleb(r);
+      if (r->bad || v > (uint64_t)(r->end - r->p)) return false;
+      if (op == 0x10 && fw_expr_bp(r->p, v, false, &off)) fw_cfa_set(st, reg, FW_REG_AT_BP, off);
+      else fw_cfa_set(st, reg, FW_REG_OTHER, 0);
+      r->p += v;
+      break;
+    case 0x11: reg = fw_rd_uleb(r); fw_cfa_set(st, reg, FW_REG_OFFSET, fw_rd_sleb(r) * data_align); break;
+    case 0x12:                                                                 /* def_cfa_sf */
+      st->cfa_reg = fw_rd_uleb(r);
+      st->cfa_off = fw_rd_sleb(r) * data_align;
+      st->cfa_how = FW_HOW_REG;
+      break;
+    case 0x13: st->cfa_off = fw_rd_sleb(r) * data_align; break;               /* def_cfa_offset_sf */
+    case 0x14: reg = fw_rd_uleb(r); fw_rd_uleb(r); fw_cfa_set(st, reg, FW_REG_OTHER, 0); break;  /* val_offset */
+    case 0x15: reg = fw_rd_uleb(r); fw_rd_sleb(r); fw_cfa_set(st, reg, FW_REG_OTHER, 0); break;
+    case 0x2e: fw_rd_uleb(r); break;                                           /* GNU_args_size */
+    case 0x2f: reg = fw_rd_uleb(r); fw_cfa_set(st, reg, FW_REG_OFFSET, -(int64_t)fw_rd_uleb(r) * data_align); break;
+    default: return false;                                                     /* set_loc and the rest */
+    }
+    if (r->bad) return false;
+  }
+  return !r->bad;
+}
+
+/* The rule at return address pc, from its unwind table entry. */
+static void fw_rule_decode(uintptr_t pc, fw_rule_t *rule) {
+  memset(rule, 0, sizeof *rule);
+  rule->kind = FW_R_HARD;
+  struct fw_eh_bases bases = {0, 0, 0};
+  /* the call, not the instruction after it (that may be another function) */
+  const uint8_t *fde = _Unwind_Find_FDE((const void *)(pc - 1), &bases);
+  if (!fde) {
+    rule->kind = FW_R_END;
+    return;
+  }
+  uint32_t fde_len, cie_off, cie_len;
+  memcpy(&fde_len, fde, 4);
+  memcpy(&cie_off, fde + 4, 4);
+  if (fde_len == 0 || fde_len == 0xffffffffu || cie_off == 0) return;
+  const uint8_t *cie = fde + 4 - cie_off;
+  memcpy(&cie_len, cie, 4);
+  if (cie_len == 0xffffffffu) return;
+  fw_cfi_rd_t r = {cie + 8, cie + 4 + cie_len, false};
+  uint8_t version = fw_rd_u8(&r);
+  if (version != 1 && version != 3 && version != 4) return;
+  const char *aug = (const char *)r.p;
+  while (r.p < r.end && *r.p) r.p++;
+  fw_rd_u8(&r);
+  if (version == 4) {  /* address and segment selector sizes */
+    fw_rd_u8(&r);
+    fw_rd_u8(&r);
+  }
+  uint64_t code_align = fw_rd_uleb(&r);
+  int64_t data_align = fw_rd_sleb(&r);
+  uint64_t ra_col = version == 1 ? fw_rd_u8(&r) : fw_rd_uleb(&r);
+  uint8_t fde_enc = 0;
+  bool z = aug[0] == 'z', signal = false;
+  if (z) {
+    uint64_t n = fw_rd_uleb(&r);
+    if (r.bad || n > (uint64_t)(r.end - r.p)) return;
+    const uint8_t *data_end = r.p + n;
+    for (const char *a = aug + 1; *a && !r.bad; a++) {
+      if (*a == 'R') fde_enc = fw_rd_u8(&r);
+      else if (*a == 'L') fw_rd_u8(&r);
+      else if (*a == 'P') {
+        uint8_t penc = fw_rd_u8(&r);
+        if (!fw_rd_skip_ptr(&r, penc)) return;
+      } else if (*a == 'S') signal = true;
+      else if (*a != 'B' && *a != 'G') break;  /* the length says where the data ends */
+    }
+    r.p = data_end;
+  } else if (aug[0]) {
+    return;
+  }
+  if (r.bad || signal || ra_col != FW_DW_RA) return;
+  fw_cfa_state_t init;
+  memset(&init, 0, sizeof init);
+  init.cfa_reg = FW_DW_SP;
+  init.ra = FW_REG_UNDEF;
+  if (!fw_cfa_run(&r, &init, NULL, 0, 0, code_align, data_align)) return;
+  fw_cfi_rd_t f = {fde + 8, fde + 4 + fde_len, false};
+  if (!fw_rd_skip_ptr(&f, fde_enc) || !fw_rd_skip_ptr(&f, fde_enc & 0x0f)) return;
+  if (z) {
+    uint64_t n = fw_rd_uleb(&f);
+    if (f.bad || n > (uint64_t)(f.end - f.p)) return;
+    f.p += n;
+  }
+  fw_cfa_state_t st = init;
+  if (!fw_cfa_run(&f, &st, &init, (uintptr_t)bases.func, pc, code_align, data_align)) return;
+  if (st.ra == FW_REG_UNDEF) {
+    rule->kind = FW_R_END;
+    return;
+  }
+  if (st.sp_ruled || st.ra != FW_REG_OFFSET || st.ra_off != -FW_W) return;
+  if (st.cfa_how == FW_HOW_AT_BP) {
+    rule->cfa = FW_CFA_AT_BP;
+    rule->cfa_off = (intptr_t)st.cfa_exp_off;
+  } else if (st.cfa_how == FW_HOW_REG && (st.cfa_reg == FW_DW_SP || st.cfa_reg == FW_DW_BP) && st.cfa_off >= FW_W) {
+    rule->cfa = st.cfa_reg == FW_DW_BP ? FW_CFA_BP : FW_CFA_SP;
+    rule->cfa_off = (intptr_t)st.cfa_off;
+  } else {
+    return;
+  }
+  if (st.bp == FW_REG_SAME) {
+    rule->bp = FW_BP_SAME;
+  } else if (st.bp == FW_REG_OFFSET) {
+    rule->bp = FW_BP_AT_CFA;
+    rule->bp_off = (intptr_t)st.bp_off;
+  } else if (st.bp == FW_REG_AT_BP) {
+    rule->bp = FW_BP_AT_BP;
+    rule->bp_off = (intptr_t)st.bp_off;
+  } else {
+    rule->bp = FW_BP_LOST;
+  }
+  rule->kind = FW_R_STEP;
+}
+
+/* The packed rule of pc when the table has no FW_R_STEP for it: the
+ * table's end or refusal, or decoded, and kept when it is for good. A rule
+ * the word cannot hold is FW_R_HARD. */
+FW_NOINLINE static uint64_t fw_rule_miss(uintptr_t pc) {
+  fw_rule_t rule;
+  uint64_t w = atomic_load_explicit(&fw_rules[fw_rule_index(pc)], memory_order_relaxed);
+  if ((w >> FW_RULE_TAG) == (uint64_t)(pc >> FW_RULE_BITS) && (w & 3)) return w;
+  fw_rule_decode(pc, &rule);
+  if (!fw_rule_pack(&rule, pc, &w)) return FW_R_HARD;
+  if (fw_fixed_has(pc)) atomic_store_explicit(&fw_rules[fw_rule_index(pc)], w, memory_order_relaxed);
+  return w;
+}
+
+static int fw_fixed_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  (void)arg;
+  for (size_t i = 0; i < info->dlpi_phnum && fw_fixed_n < FW_FIXED_MAX; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    fw_fixed[fw_fixed_n].lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+    fw_fixed[fw_fixed_n].hi = fw_fixed[fw_fixed_n].lo + ph->p_memsz;
+    fw_fixed_n++;
+  }
+  return 0;
+}
+
+void fw_os_backtrace_init(void) {
+  if (fw_quick_ready) return;
+  dl_iterate_phdr(fw_fixed_phdr, NULL);
+  fw_quick_ready = true;
+}
+
+/* Reads the stack words the rules name; ASan knows nothing of frames it
+ * did not lay out itself, and they are not its redzones. */
+__attribute__((no_sanitize_address)) static uintptr_t fw_stack_word(uintptr_t a) {
+  return *(const uintptr_t *)a;
+}
+
+/* A stack address a step may read: at or above the stack pointer, by less
+ * than 1 GiB (a caller's frame is above its callee's). */
+#define FW_ON_STACK(a, sp) ((uintptr_t)(a) - (sp) < ((uintptr_t)1 << 30))
+
+/* One step of the walk: from the frame at *pc, whose stack pointer is *sp
+ * and frame pointer *bp (0: not known), to its caller's. 1: done; 0: the
+ * stack ends here; -1: the quick walk cannot step. */
+FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp) {
+  uint64_t want = (uint64_t)(*pc >> FW_RULE_BITS) << FW_RULE_TAG | FW_R_STEP;
+  uint64_t w = atomic_load_explicit(&fw_rules[fw_rule_index(*pc)], memory_order_relaxed);
+  if (fw_unlikely((w ^ want) & ~(((uint64_t)1 << FW_RULE_TAG) - 4))) {
+    w = fw_rule_miss(*pc);
+    if ((w & 3) != FW_R_STEP) return (w & 3) == FW_R_END ? 0 : -1;
+  }
+  unsigned how = (unsigned)(w >> 2) & 3;
+  uintptr_t cfa = ((uintptr_t)(w >> 14) & 0xffff) * (uintptr_t)FW_W;
+  if (how == FW_CFA_SP) {
+    cfa += *sp;
+  } else {
+    if (!*bp) return -1;
+    if (how == FW_CFA_AT_BP) {
+      cfa = *bp + (uintptr_t)((intptr_t)(int16_t)(uint16_t)(w >> 14) * FW_W);
+      if (!FW_ON_STACK(cfa, *sp)) return -1;
+      cfa = fw_stack_word(cfa);
+    } else {
+      cfa += *bp;
+    }
+  }
+  if (cfa == *sp || !FW_ON_STACK(cfa, *sp)) return -1;
+  unsigned bp_rule = (unsigned)(w >> 4) & 3;
+  if (bp_rule) {
+    uintptr_t at = (bp_rule == FW_BP_AT_BP ? *bp : cfa) + (uintptr_t)((intptr_t)(int8_t)(uint8_t)(w >> 6) * FW_W);
+    if (bp_rule == FW_BP_LOST) *bp = 0;
+    else if (bp_rule == FW_BP_AT_BP && (!*bp || !FW_ON_STACK(at, *sp))) return -1;
+    else *bp = fw_stack_word(at);
+  }
+  *pc = fw_stack_word(cfa - (uintptr_t)FW_W);
+  *sp = cfa;
+  return 1;
+}
+
+FW_NOINLINE size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi) {
+  if (!fw_quick_ready) return SIZE_MAX;
+  if (!max) return 0;
+  /* this function keeps a frame pointer (it asks for its frame address):
+   * its caller's state follows from it */
+  const uintptr_t *fp = __builtin_frame_address(0);
+  uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+  uintptr_t sp = (uintptr_t)fp + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp);
+  unsigned walked = 0;
+  int r = 1;
+  /* the leading frames in [skip_lo, skip_hi): stepped over, not kept */
+  for (; pc - skip_lo < skip_hi - skip_lo; walked++) {
+    if (walked == 64 || (r = fw_quick_step(&pc, &sp, &bp)) <= 0) return r ? SIZE_MAX : 0;
+  }
+  size_t n = 0;
+  while (pc) {
+    pcs[n++] = pc;
+    if (n == max || ++walked == 64 || (r = fw_quick_step(&pc, &sp, &bp)) == 0) break;
+    if (r < 0) return SIZE_MAX;
+  }
+  return n;
+}
+#else
+void fw_os_backtrace_init(void) {}
+size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi) {
+  (void)pcs, (void)max, (void)skip_lo, (void)skip_hi;
+  return SIZE_MAX;
+}
+#endif
+
 typedef struct { uintptr_t base, lo, hi; } fw_range_query_t;
 
 static int fw_range_phdr(struct dl_phdr_info *info, size_t size, void *arg) {

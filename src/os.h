@@ -100,6 +100,17 @@ FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
  * the number of frames stored. */
 FW_HIDDEN size_t fw_os_backtrace(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi,
                                  uintptr_t from_pc);
+/* The same walk (from_pc 0) from the frame of the caller of
+ * fw_os_backtrace_quick on, at a small fraction of the cost once each
+ * return address has been seen: the rule for stepping over a frame is
+ * decoded from the unwind tables once per return address and kept (see
+ * os.c). Returns SIZE_MAX, with pcs holding anything, when a frame needs a
+ * rule it does not keep (a signal frame, say): the caller then walks with
+ * fw_os_backtrace. fw_os_backtrace_init, called once before any thread
+ * walks (it lists the objects loaded so far, whose rules may be kept),
+ * turns it on; until then it returns SIZE_MAX. */
+FW_HIDDEN void fw_os_backtrace_init(void);
+FW_HIDDEN size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi);
 /* The executable code of the loaded object (program or shared library) that
  * holds fn: [*lo, *hi). Returns true if that object is the main program. */
 FW_HIDDEN bool fw_os_code_range(const void *fn, uintptr_t *lo, uintptr_t *hi);

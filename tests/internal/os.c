@@ -1,7 +1,8 @@
 /* os.c — the OS layer's contracts (os.h): fw_os_map's placement, fw_os_purge
  * (zero over exactly the range, whole pages dropped, partial pages cleared
  * by writing, nothing done on locked memory) including a pretended 64 KiB
- * page, and the recursive lock. */
+ * page, the recursive lock, and the quick stack walk (the same frames as
+ * the unwinder's, or a refusal). */
 #include "itest.h"
 #include "os.h"
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -304,11 +306,175 @@ static void t_lock(void) {
   CHECK(atomic_load(&lock.owner) == 0);
 }
 
+/* ---- call stacks ------------------------------------------------------------ */
+/* The quick walk (fw_os_backtrace_quick) must give exactly the frames the
+ * unwinder gives (fw_os_backtrace), or refuse (SIZE_MAX) where a frame's
+ * rule is beyond it; both the first time a return address is seen (its
+ * rule decoded) and later (its rule kept). */
+enum { BT_MAX = 64 };
+static unsigned bt_compared, bt_refused;
+static bool bt_allow_refusal;
+
+__attribute__((noinline)) static void bt_compare(void) {
+  uintptr_t slow[BT_MAX], quick[BT_MAX], again[BT_MAX];
+  size_t m = fw_os_backtrace(slow, BT_MAX, 0, 0, 0);
+  size_t n = fw_os_backtrace_quick(quick, BT_MAX, 0, 0);
+  size_t n2 = fw_os_backtrace_quick(again, BT_MAX, 0, 0);
+  CHECKF(n == n2, "the quick walk gave %zu frames, then %zu", n, n2);
+  if (n == SIZE_MAX) {
+    CHECKF(bt_allow_refusal, "the quick walk refused a stack of %zu frames", m);
+    bt_refused++;
+    return;
+  }
+  /* the unwinder's first frame is its own caller, fw_os_backtrace; the
+   * quick walk starts at this function */
+  CHECKF(m >= 2 && n == m - 1, "the unwinder found %zu frames, the quick walk %zu", m, n);
+  Dl_info a, b;
+  CHECK(dladdr((void *)(slow[1] - 1), &a) && dladdr((void *)(quick[0] - 1), &b));
+  CHECKF(a.dli_saddr == b.dli_saddr, "first frames %#lx and %#lx are in different functions",
+         (unsigned long)slow[1], (unsigned long)quick[0]);
+  for (size_t i = 1; i < n; i++) {
+    CHECKF(quick[i] == slow[i + 1], "frame %zu: the unwinder says %#lx, the quick walk %#lx", i,
+           (unsigned long)slow[i + 1], (unsigned long)quick[i]);
+    CHECKF(again[i] == quick[i], "frame %zu: %#lx, then %#lx", i, (unsigned long)quick[i], (unsigned long)again[i]);
+  }
+  bt_compared++;
+}
+
+static volatile int bt_sink;
+
+__attribute__((noinline)) static int bt_rec(int d) {
+  if (d == 0) {
+    bt_compare();
+    return 1;
+  }
+  volatile int x = d;
+  int r = bt_rec(d - 1);
+  return r + x;
+}
+
+/* a frame whose CFA is kept by the frame pointer (the stack pointer moves
+ * by a size only known at run time) */
+__attribute__((noinline)) static int bt_vla(int n, int d) {
+  volatile char buf[n];
+  buf[0] = (char)d;
+  buf[n - 1] = 1;
+  int r = bt_rec(d);
+  return r + buf[0] + buf[n - 1];
+}
+
+/* a frame that realigns the stack: its CFA is a word the frame pointer
+ * points near (a DWARF expression) */
+__attribute__((noinline)) static int bt_realign(int n, int d) {
+  volatile char buf[n];
+  _Alignas(64) volatile char a[64];
+  a[0] = (char)d;
+  buf[0] = 1;
+  int r = bt_rec(d);
+  return r + a[0] + buf[0];
+}
+
+/* a frame much larger than a page */
+__attribute__((noinline)) static int bt_big(int d) {
+  volatile char big[200000];
+  big[0] = (char)d;
+  big[sizeof big - 1] = 2;
+  int r = d & 1 ? bt_vla(d * 8 + 1, d) : bt_rec(d);
+  return r + big[0] + big[sizeof big - 1];
+}
+
+/* frames of the C library in between */
+static int bt_cmp(const void *a, const void *b) {
+  static bool done;
+  if (!done) {
+    done = true;
+    bt_rec(2);
+  }
+  return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static void *bt_thread(void *arg) {
+  (void)arg;
+  bt_rec(3);
+  bt_vla(100, 2);
+  return NULL;
+}
+
+static void bt_signal(int sig) {
+  (void)sig;
+  bt_rec(1);
+}
+
+static void t_os_backtrace(void) {
+  /* before set-up: always refused */
+  uintptr_t pcs[4];
+  CHECK(fw_os_backtrace_quick(pcs, 4, 0, 0) == SIZE_MAX);
+  fw_os_backtrace_init();
+  CHECK(fw_os_backtrace_quick(pcs, 0, 0, 0) == 0);
+  for (int d = 0; d < 24; d++) bt_rec(d);
+  for (int d = 0; d < 6; d++) bt_vla(16 + 40 * d, d);
+  for (int d = 0; d < 4; d++) bt_big(d);
+  for (int d = 0; d < 3; d++) bt_realign(20 + d, d);
+  int v[64];
+  for (int i = 0; i < 64; i++) v[i] = (i * 37) % 64;
+  qsort(v, 64, sizeof v[0], bt_cmp);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, bt_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  /* the frames of a signal handler's caller: the quick walk may refuse */
+  bt_allow_refusal = true;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = bt_signal;
+  CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
+  raise(SIGUSR1);
+  CHECK(sigaction(SIGUSR1, &old, NULL) == 0);
+  bt_allow_refusal = false;
+  printf("stacks compared: %u, refused: %u\n", bt_compared, bt_refused);
+  CHECK(bt_compared >= 24 + 6 + 4 + 3 + 1 + 2);
+}
+
+/* Leading frames in the skipped range are left out by both walks alike. */
+__attribute__((noinline)) static void bt_skip_leaf(uintptr_t lo, uintptr_t hi) {
+  uintptr_t slow[BT_MAX], quick[BT_MAX];
+  size_t m = fw_os_backtrace(slow, 3, lo, hi, 0);
+  size_t n = fw_os_backtrace_quick(quick, 3, lo, hi);
+  CHECKF(m == 3 && n == 3, "%zu and %zu frames", m, n);
+  for (size_t i = 0; i < 3; i++)
+    CHECKF(slow[i] == quick[i], "frame %zu: the unwinder says %#lx, the quick walk %#lx", i, (unsigned long)slow[i],
+           (unsigned long)quick[i]);
+  bt_sink++;
+}
+__attribute__((noinline)) static void bt_skip_mid(uintptr_t lo, uintptr_t hi) {
+  bt_skip_leaf(lo, hi);
+  bt_sink++;
+}
+
+int main(int argc, char **argv);
+
+static void t_os_backtrace_skip(void) {
+  fw_os_backtrace_init();
+  /* this object's code: every leading frame of it is left out */
+  Dl_info self;
+  CHECK(dladdr((void *)bt_skip_leaf, &self));
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  const void *fns[] = {(const void *)bt_skip_leaf, (const void *)bt_skip_mid, (const void *)t_os_backtrace_skip,
+                       (const void *)fw_os_backtrace, (const void *)fw_os_backtrace_quick, (const void *)main};
+  for (size_t i = 0; i < IT_COUNT(fns); i++) {
+    if ((uintptr_t)fns[i] < lo) lo = (uintptr_t)fns[i];
+    if ((uintptr_t)fns[i] > hi) hi = (uintptr_t)fns[i];
+  }
+  hi += 4096;
+  bt_skip_mid(lo, hi);
+  bt_skip_mid(lo, hi);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"os_map", t_os_map},           {"os_map_subpage_offset", t_os_map_subpage_offset},
     {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
     {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
+    {"os_backtrace", t_os_backtrace}, {"os_backtrace_skip", t_os_backtrace_skip},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
