@@ -298,12 +298,13 @@ FW_NOINLINE static void *fw_malloc_cautious(fw_heap_t *heap, size_t size, size_t
  * place as in the default mode (its trailer moves to the new end). */
 FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t size) {
   fw_page_t *page;
-  size_t old = fw_check_realloc(p, &page);
+  size_t align;
+  size_t old = fw_check_realloc(p, &page, &align);
   size_t padded = fw_check_padded(size);
   if (!padded) return fw_enomem();
   size_t room = page->block_size - (size_t)((uint8_t *)p - (uint8_t *)fw_page_block_start(page, p));
   if (size >= old / 2 && padded <= room) {
-    fw_check_resize(p, size);
+    fw_check_resize(p, size, align);
     return p;
   }
   bool grow = padded > room && size > FW_MEDIUM_MAX;
@@ -311,7 +312,7 @@ FW_NOINLINE static void *fw_realloc_cautious(fw_heap_t *heap, void *p, size_t si
   if ((grow || shrink) && page->kind == FW_KIND_LARGE && p == page->area &&
       atomic_load_explicit(&fw_ptr_segment(p)->thread_id, memory_order_relaxed) == fw_thread_id() &&
       (grow ? fw_large_grow(page, padded) : fw_large_shrink(page, padded))) {
-    fw_check_resize(p, size);
+    fw_check_resize(p, size, align);
     return p;
   }
   void *q = fw_heap_malloc_fast(heap, size);

@@ -803,7 +803,7 @@ fw_block_t *fw_check_free(void *p, unsigned how, size_t size, size_t align, fw_p
   return (fw_block_t *)k.b;
 }
 
-size_t fw_check_realloc(const void *p, fw_page_t **page) {
+size_t fw_check_realloc(const void *p, fw_page_t **page, size_t *align) {
   fw_blk_t k;
   int loc = fw_locate(p, &k);
   fw_check_live(p, &k, loc, "realloc", "realloc of a freed block");
@@ -812,14 +812,16 @@ size_t fw_check_realloc(const void *p, fw_page_t **page) {
     fw_fail_block("mismatched new/delete", p, "realloc", &k,
                   form == FW_FORM_NEW ? "made by new, passed to realloc" : "made by new[], passed to realloc");
   *page = k.page;
+  *align = fw_info_align(k.t.info);
   return (size_t)k.t.size;
 }
 
-void fw_check_resize(void *p, size_t size) {
+void fw_check_resize(void *p, size_t size, size_t align) {
   fw_blk_t k;
   if (fw_locate(p, &k) != FW_LOC_BLOCK) return;
-  /* the block may have grown: its trailer moves to the new end */
-  fw_write_live(&k, p, size, fw_info_align(k.t.info), FW_FORM_MALLOC, true);
+  /* the block may have grown: its trailer moves to the new end, and what
+   * is there now is no trailer (the alignment comes from the old one) */
+  fw_write_live(&k, p, size, align, FW_FORM_MALLOC, true);
 }
 
 size_t fw_check_usable(const void *p) {

@@ -40,9 +40,10 @@ FW_HIDDEN void fw_check_set_form(void *p, unsigned form);
 FW_HIDDEN fw_block_t *fw_check_free(void *p, unsigned how, size_t size, size_t align, fw_page_t **page);
 /* realloc: p must be a live block of the malloc family; returns its
  * requested size and its page. */
-FW_HIDDEN size_t fw_check_realloc(const void *p, fw_page_t **page);
+/* align: the block's alignment as its trailer records it. */
+FW_HIDDEN size_t fw_check_realloc(const void *p, fw_page_t **page, size_t *align);
 /* realloc in place: p (checked by fw_check_realloc) now holds size bytes. */
-FW_HIDDEN void fw_check_resize(void *p, size_t size);
+FW_HIDDEN void fw_check_resize(void *p, size_t size, size_t align);
 /* malloc_usable_size: the requested size of a live block. */
 FW_HIDDEN size_t fw_check_usable(const void *p);
 

@@ -599,7 +599,8 @@ void fw_segment_validate(const fw_segment_t *seg) {
   for (size_t slot = 0; slot < seg->pages_total;) {
     const fw_page_t *pg = &seg->pages[slot * seg->page_slices];
     bool is_free = (seg->free_mask >> slot) & 1;
-    if (seg->kind == FW_KIND_SPAN && slot == 0) {
+    /* slot 0 holds the header; at the secure level the last one the guard */
+    if (seg->kind == FW_KIND_SPAN && (slot == 0 || (slot + 1 == seg->pages_total && fw_guard_bytes()))) {
       FW_ASSERT(!is_free);
       slot++;
       continue;
