@@ -418,13 +418,13 @@ static void pool_check_hand_out(const fw_pool_t *pool, void *p, const void *next
   uintptr_t e = pool_map_get((uintptr_t)p);
   if (pool_entry_pool(e) != pool || !pool_object_bit(pool, p, e, &word, &bit) ||
       (atomic_fetch_or_explicit(word, bit, memory_order_relaxed) & bit))
-    pool_report(pool, "write to a freed block", p, NULL);
+    pool_report(pool, "write to a freed block (its object handed out twice)", p, NULL);
   if (next == NULL)
     return;
   e = pool_map_get((uintptr_t)next);
   if (pool_entry_pool(e) != pool || !pool_object_bit(pool, next, e, &word, &bit) ||
       (atomic_load_explicit(word, memory_order_relaxed) & bit))
-    pool_report(pool, "write to a freed block", p, NULL);
+    pool_report(pool, "write to a freed block (its link overwritten)", p, NULL);
 }
 
 static void pool_peak_raise(fw_pool_t *pool, intptr_t v) {
@@ -784,12 +784,15 @@ static void *pool_alloc_direct(fw_pool_t *pool) {
     errno = ENOMEM;
     return NULL;
   }
-  void *p = b.head, *next = *pool_link(p);
-  if (b.count > 1)
+  void *p = b.head, *next = b.count > 1 ? *pool_link(p) : NULL;
+  /* Checked while the rest of the batch is still ours: once back in the
+   * shard, another thread may hand out next before cautious mode looks at it. */
+  p = pool_hand_out(pool, p, next);
+  if (next != NULL)
     pool_shard_push(&pool->shards[home & pool->shard_mask], next, b.count - 1, true);
   intptr_t before = atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
   pool_peak_raise(pool, before + 1);
-  return pool_hand_out(pool, p, b.count > 1 ? next : NULL);
+  return p;
 }
 
 static void pool_free_direct(fw_pool_t *pool, void *p) {

@@ -664,17 +664,27 @@ static fw_pool_t *td_pool;
 static pthread_key_t td_key;
 static void *td_kept[8];
 
+static pthread_barrier_t td_barrier;
+
+/* The threads' destructors run together (glibc runs them in key order, so
+ * after the pool's flush: every call takes the shards directly), and take
+ * batches from and give them back to the same shards over and over: in
+ * cautious mode, a batch handed back before its head was checked once let
+ * another thread's allocation make that check fail. */
 static void td_destructor(void *arg) {
   uintptr_t self = (uintptr_t)arg - 1;
   void *p[50];
-  for (int i = 0; i < 50; i++) {
-    CHECK((p[i] = fw_pool_alloc(td_pool)) != NULL);
-    fill(p[i], 40, self * 50 + (size_t)i);
-  }
-  for (int i = 0; i < 50; i++) {
-    CHECK(filled(p[i], 40, self * 50 + (size_t)i));
-    if (i > 0)
-      fw_pool_free(td_pool, p[i]);
+  pthread_barrier_wait(&td_barrier);
+  for (int round = 0; round < 40; round++) {
+    for (int i = 0; i < 50; i++) {
+      CHECK((p[i] = fw_pool_alloc(td_pool)) != NULL);
+      fill(p[i], 40, self * 50 + (size_t)i);
+    }
+    for (int i = 0; i < 50; i++) {
+      CHECK(filled(p[i], 40, self * 50 + (size_t)i));
+      if (i > 0 || round < 39)
+        fw_pool_free(td_pool, p[i]);
+    }
   }
   td_kept[self] = p[0]; /* one object per thread stays live */
 }
@@ -691,6 +701,7 @@ static void test_use_in_thread_destructor(void) {
   td_pool = fw_pool_new(40, 0, NULL);
   CHECK(td_pool != NULL);
   CHECK(pthread_key_create(&td_key, td_destructor) == 0);
+  CHECK(pthread_barrier_init(&td_barrier, NULL, 8) == 0);
   pthread_t th[8];
   for (uintptr_t i = 0; i < 8; i++)
     CHECK(pthread_create(&th[i], NULL, td_worker, (void *)(i + 1)) == 0);
@@ -702,6 +713,7 @@ static void test_use_in_thread_destructor(void) {
     fw_pool_free(td_pool, td_kept[i]);
   CHECK(stats_of(td_pool).objects_live == 0);
   pthread_key_delete(td_key);
+  pthread_barrier_destroy(&td_barrier);
   fw_pool_destroy(td_pool);
 }
 
