@@ -22,17 +22,10 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
     fw_heap_free_local(page, b);
     return;
   }
-  if (owner == 0) {
-    fw_heap_t *heap = fw_tls_heap;
-    if (heap != &fw_heap_empty && fw_opt(RECLAIM)) {
-      if (fw_abandon_reclaim(heap, seg)) {
-        fw_heap_free_local(page, b);
-        return;
-      }
-    } else if (fw_abandon_free(seg, page, b)) {
-      return;
-    }
-  }
+  /* An exited thread's segment stays abandoned: a thread that needs memory
+   * adopts it whole (fw_heap_page_new), rather than whichever thread
+   * happens to free into it, which would hold its free pages unused. */
+  if (owner == 0 && fw_abandon_free(seg, page, b, fw_tls_heap != &fw_heap_empty && fw_opt(RECLAIM))) return;
   fw_page_free_remote(page, b);
 }
 

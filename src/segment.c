@@ -193,10 +193,10 @@ static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now)
 
 static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) { fw_segment_free_ex(tld, seg, false); }
 
-void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg) {
+void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg, bool purge) {
   FW_ASSERT(seg->pages_used == 0);
   if (seg->kind != FW_KIND_LARGE) tld->segments_empty--;
-  fw_segment_free(tld, seg);
+  fw_segment_free_ex(tld, seg, purge);
 }
 
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
@@ -419,15 +419,40 @@ static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
 
 void fw_segment_purge_slots_now(fw_segment_t *seg) { fw_segment_purge_slots(seg, true); }
 
-static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits) {
+/* Purges the n free slots from slot first with one call to the OS: each
+ * call costs a TLB flush on every other CPU running the process. */
+static void fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
+  size_t size;
+  uint8_t *area = fw_slot_area(seg, first, &size);
+  size += (n - 1) * fw_slot_bytes(seg);
+  if (!fw_os_purge(area, size)) return;  /* locked memory: the slots stay dirty */
+  uint64_t bits = fw_mask_low(n) << first;
+  fw_stat_add(purged, size);
+  fw_stat_sub(committed, n * fw_slot_bytes(seg));
+  seg->purged_mask |= bits;
+  seg->dirty_mask &= ~bits;
+}
+
+void fw_segment_purge_free(fw_segment_t *seg, size_t keep) {
+  uint64_t dirty = seg->dirty_mask & seg->free_mask;
+  for (size_t kept = fw_slot_bytes(seg); dirty && kept <= keep; kept += fw_slot_bytes(seg)) dirty &= dirty - 1;
+  while (dirty) {
+    unsigned first = fw_ctz64(dirty), n = fw_mask_run_at(dirty, first);
+    fw_slots_purge(seg, first, n);
+    dirty &= ~(fw_mask_low(n) << first);
+  }
+}
+
+static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits, bool warm) {
   seg->free_mask |= bits;
   seg->dirty_mask |= bits;
   long delay = fw_opt(PURGE_DELAY);
-  if (!tld || delay == 0) {
+  if ((!tld && !warm) || delay == 0) {
     for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, fw_ctz64(b));
     if (tld) fw_tld_link_free(tld, seg);
     return;
   }
+  if (!tld) return;  /* an unowned segment's deadline is the abandon layer's */
   fw_tld_link_free(tld, seg);
   if (delay > 0) {
     if (seg->purge_due && (seg->dirty_mask & seg->free_mask & ~bits)) {
@@ -445,7 +470,7 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
   }
 }
 
-void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
+static void fw_segment_page_free_ex(fw_tld_t *tld, fw_page_t *page, bool warm) {
   fw_segment_t *seg = fw_page_segment(page);
   FW_ASSERT(!(page->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) && seg->pages_used > 0);
   FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
@@ -475,7 +500,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   }
   if (seg->pages_used == 0) {
     if (!tld) {
-      fw_segment_release(seg, true);
+      fw_segment_release(seg, !warm);
       return;
     }
     /* An empty segment stays with the thread until the purge pass after its
@@ -488,9 +513,13 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
     }
     tld->segments_empty++;
   }
-  fw_segment_release_slots(tld, seg, bits);
+  fw_segment_release_slots(tld, seg, bits, warm);
   FW_VALIDATE_SEGMENT(seg);
 }
+
+void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) { fw_segment_page_free_ex(tld, page, false); }
+
+void fw_segment_page_free_warm(fw_page_t *page) { fw_segment_page_free_ex(NULL, page, true); }
 
 /* A slot is purged between one and two delays after its page was freed:
  * each segment keeps one deadline, and slots freed after it was set wait
@@ -501,7 +530,9 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
     if (seg->pages_used == 0 && seg->kind != FW_KIND_LARGE && (force || seg->purge_due <= now)) {
-      fw_segment_free_empty(tld, seg);  /* kept empty for a delay: now it goes */
+      /* kept empty for a delay: now it goes, and its memory with it (in the
+       * arena it would stay committed for another delay) */
+      fw_segment_free_empty(tld, seg, true);
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
