@@ -8,11 +8,12 @@
  * unmapped: only its holder can free it.
  *
  * A thread that needs a segment adopts one whole (fw_abandon_reclaim_one),
- * with its free pages and the free blocks of its pages. A thread that frees
- * a block into one frees it in place and puts the segment back
- * (fw_abandon_free), so that the memory goes to a thread that needs it: one
- * that took the segment over because it freed into it would hold its free
- * pages without using them. When its thread leaves, a segment's free pages
+ * with its free pages and the free blocks of its pages; so does a thread
+ * that frees a block into one and has no room of that kind itself
+ * (fw_abandon_reclaim). Any other frees the block in place and puts the
+ * segment back (fw_abandon_free), so that the memory goes to a thread that
+ * needs it: one that took the segment over because it freed into it would
+ * hold its free pages without using them. When its thread leaves, a segment's free pages
  * are purged but for a few (FW_EXIT_WARM); those, and the pages that frees
  * empty later, stay warm for an adopter until the segment's deadline, when
  * the purge pass purges them. See alloc.c for the whole design. */
@@ -74,17 +75,17 @@ static void fw_abandon_put(fw_segment_t *seg, uint64_t due) {
  * live blocks, for the thread that adopts it and sets up its next pages
  * there (1 MiB: 16 small pages); in an empty one, which goes back to the
  * arena, for the next segment placed on the chunk, which takes its header
- * and first slots first. Medium segments keep all theirs: a medium block
- * brings in only the 4 KiB pages its owner touches, so a free medium page
- * holds little resident memory, while its reuse saves page faults. Chosen
- * on bench_threadwave (waves of 2 and 8 threads): more costs RSS, less
- * costs page faults. */
+ * and first slots first. A medium segment with live blocks keeps all its
+ * free pages: a medium block brings in only the 4 KiB pages its owner
+ * touches, so a free medium page holds little resident memory, while its
+ * reuse saves page faults. Chosen on bench_threadwave (waves of 2 and 8
+ * threads): more costs RSS, less costs page faults. */
 #define FW_EXIT_WARM (16 * FW_SLICE_SIZE)
 #define FW_EXIT_WARM_EMPTY (4 * FW_SLICE_SIZE)
 
 static size_t fw_exit_warm(const fw_segment_t *seg) {
-  if (seg->kind == FW_KIND_MEDIUM) return FW_SEGMENT_SIZE;
-  return seg->pages_used ? FW_EXIT_WARM : FW_EXIT_WARM_EMPTY;
+  if (seg->pages_used == 0) return FW_EXIT_WARM_EMPTY;
+  return seg->kind == FW_KIND_MEDIUM ? FW_SEGMENT_SIZE : FW_EXIT_WARM;
 }
 
 void fw_abandon_segments(fw_tld_t *tld) {
@@ -142,6 +143,12 @@ bool fw_abandon_reclaim_one(fw_heap_t *heap) {
   fw_segment_t *seg = fw_arena_unmark_any();
   if (!seg) seg = fw_direct_take(NULL);
   if (!seg) return false;
+  fw_abandon_adopt(heap, seg);
+  return true;
+}
+
+bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg) {
+  if (!fw_abandon_claim(seg)) return false;
   fw_abandon_adopt(heap, seg);
   return true;
 }

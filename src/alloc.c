@@ -114,12 +114,13 @@
  *      the page has room again without it scanning full pages; the frees
  *      after it stay on the page, so the owner's work grows with pages, not
  *      blocks.
- *   c. a segment whose thread has exited (abandon.c): the block is freed
- *      in place and the segment stays abandoned for a thread that needs
- *      memory to adopt whole, rather than going to whichever thread frees
- *      into it first. A page this empties stays warm for the adopter until
- *      the segment's deadline if the freeing thread has a heap (its slow
- *      paths run the purge pass), else it is purged at once.
+ *   c. a segment whose thread has exited (abandon.c): a thread with no
+ *      room of the segment's kind adopts it; any other frees the block in
+ *      place and the segment stays abandoned for a thread that needs memory
+ *      to adopt whole, rather than going to whichever thread frees into it
+ *      first. A page this empties stays warm for the adopter until the
+ *      segment's deadline if the freeing thread has a heap (its slow paths
+ *      run the purge pass), else it is purged at once.
  *   d. a page whose last block is freed returns to its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged

@@ -34,6 +34,15 @@ FW_HIDDEN void fw_segment_page_free_warm(fw_page_t *page);
  * frees its empty segments kept past their delay. */
 FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
 
+/* Whether the thread has room for a page of this kind in a segment it owns
+ * (a free slot, free slices for a span): if not, its next page of the kind
+ * takes a segment. Large blocks always get one of their own: true. */
+FW_INLINE bool fw_segment_tld_has_room(const fw_tld_t *tld, int kind) {
+  if (kind == FW_KIND_SPAN) return tld->span_binmap != 0;
+  if (kind == FW_KIND_LARGE) return true;
+  return tld->segments_free[kind] != NULL;
+}
+
 /* ---- ownership changes (the abandon layer) -------------------------------- */
 /* Takes seg out of tld's lists: thread_id 0, no tld. */
 FW_HIDDEN void fw_segment_detach(fw_tld_t *tld, fw_segment_t *seg);

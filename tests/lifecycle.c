@@ -429,10 +429,10 @@ static void t_large_cached_at_exit(void) {
 }
 
 /* ---- blocks freed into an exited thread's segment ----------------------- */
-/* Main frees the blocks a thread left, all but one: the thread's segment
- * stays abandoned (the frees are done in place, main does not take it
- * over), and a new thread that needs memory adopts it: its first block
- * comes from that segment, not from a new one. */
+/* Main, which has room of its own, frees the blocks a thread left, all but
+ * one: the thread's segment stays abandoned (the frees are done in place,
+ * main does not take it over), and a new thread, which needs memory,
+ * adopts it: its first block comes from that segment, not from a new one. */
 enum { FP_BLOCKS = 4096 };
 static char *fp_blocks[FP_BLOCKS];
 
@@ -455,6 +455,8 @@ static void *fp_newcomer(void *arg) {
 
 static void t_free_in_place(void) {
   X.collect(true); /* main adopts whatever earlier threads left */
+  void *room = A.malloc(64); /* main holds a segment of small pages */
+  CHECK(room != NULL);
   fw_stats_t s0, s1, s2;
   fwt_stats(&s0);
   pthread_t t;
@@ -482,6 +484,7 @@ static void t_free_in_place(void) {
          (unsigned long)seg);
   A.free(p);
   A.free(fp_blocks[0]);
+  A.free(room);
   X.collect(true);
 }
 
