@@ -7,18 +7,22 @@
  * each) wait on a list under a lock instead. A marked segment is never
  * unmapped: only its holder can free it.
  *
- * Three ways out: a thread that needs a segment adopts any marked one
- * (fw_abandon_reclaim_one); a thread that frees a block into one adopts
- * that one (fw_abandon_reclaim), so its freed blocks turn back into free
- * pages; a thread with no heap frees in place and puts the segment back
- * (fw_abandon_free). Free pages of an abandoned segment stay warm for an
- * adopter until the segment's deadline, then the purge pass purges them.
- * See alloc.c for the whole design. */
+ * A thread that needs a segment adopts one whole (fw_abandon_reclaim_one),
+ * with its free pages and the free blocks of its pages; so does a thread
+ * that frees a block into one and has no room of that kind itself
+ * (fw_abandon_reclaim). Any other frees the block in place and puts the
+ * segment back (fw_abandon_free), so that the memory goes to a thread that
+ * needs it: one that took the segment over because it freed into it would
+ * hold its free pages without using them. When its thread leaves, a segment's free pages
+ * are purged but for a few (FW_EXIT_WARM); those, and the pages that frees
+ * empty later, stay warm for an adopter until the segment's deadline, when
+ * the purge pass purges them. See alloc.c for the whole design. */
 #include "abandon.h"
 #include "segment.h"
 #include "arena.h"
 #include "page.h"
 #include "os.h"
+#include "options.h"
 #include "stats.h"
 
 static fw_lock_t fw_abandoned_lock = FW_LOCK_INIT;
@@ -67,12 +71,37 @@ static void fw_abandon_put(fw_segment_t *seg, uint64_t due) {
   else fw_arena_mark(seg->arena, seg->chunk, due);
 }
 
+/* The free memory an exiting thread leaves warm in a segment: in one with
+ * live blocks, for the thread that adopts it and sets up its next pages
+ * there (1 MiB: 16 small pages); in an empty one, which goes back to the
+ * arena, for the next segment placed on the chunk, which takes its header
+ * and first slots first. A medium segment with live blocks keeps all its
+ * free pages: a medium block brings in only the 4 KiB pages its owner
+ * touches, so a free medium page holds little resident memory, while its
+ * reuse saves page faults. Chosen on bench_threadwave (waves of 2 and 8
+ * threads): more costs RSS, less costs page faults. */
+#define FW_EXIT_WARM (16 * FW_SLICE_SIZE)
+#define FW_EXIT_WARM_EMPTY (4 * FW_SLICE_SIZE)
+
+static size_t fw_exit_warm(const fw_segment_t *seg) {
+  if (seg->pages_used == 0) return FW_EXIT_WARM_EMPTY;
+  return seg->kind == FW_KIND_MEDIUM ? FW_SEGMENT_SIZE : FW_EXIT_WARM;
+}
+
 void fw_abandon_segments(fw_tld_t *tld) {
+  /* The free memory of an exiting thread goes back to the OS now, but for a
+   * little in each segment: waiting for its purge delay, it would stay
+   * committed until some other thread's purge pass, while threads that
+   * come and go faster than the delay (a pool torn down and rebuilt, a
+   * thread per task) touch new memory meanwhile. A purge delay of -1 asks
+   * for none. */
+  bool purge = fw_opt(PURGE_DELAY) >= 0;
   fw_segment_t *seg = tld->segments;
   while (seg) {
     fw_segment_t *next = seg->next;
+    if (purge) fw_segment_purge_free(seg, fw_exit_warm(seg));
     if (seg->pages_used == 0) {
-      fw_segment_free_empty(tld, seg);
+      fw_segment_free_empty(tld, seg, false);
       seg = next;
       continue;
     }
@@ -124,7 +153,7 @@ bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg) {
   return true;
 }
 
-bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm) {
   if (!fw_abandon_claim(seg)) return false;
   fw_page_collect(page);
   if (!fw_page_push(page, b)) {
@@ -132,7 +161,8 @@ bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
     return true;
   }
   bool last = seg->pages_used == 1;
-  fw_segment_page_free(NULL, page);  /* purged at once: nobody will run a pass for it */
+  if (warm) fw_segment_page_free_warm(page);
+  else fw_segment_page_free(NULL, page);  /* purged at once: nobody may run a pass for it */
   if (last) {
     fw_stat_sub(abandoned, 1);     /* the segment went with its last page */
     return true;

@@ -12,15 +12,18 @@ FW_HIDDEN void fw_abandon_segments(fw_tld_t *tld);
 /* Adopts any one abandoned segment into heap, which must be a thread's
  * default heap: a user heap holds only what it allocated. Never waits. */
 FW_HIDDEN bool fw_abandon_reclaim_one(fw_heap_t *heap);
-/* The same for seg, whose block the caller is freeing: true if the caller's
- * thread owns seg now (the free is then a local one). */
+/* The same for seg, whose block the caller is freeing, for a thread that
+ * has no room of seg's kind: true if the caller's thread owns seg now (the
+ * free is then a local one). */
 FW_HIDDEN bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg);
-/* For a thread with no heap (one that never allocates, or is exiting): frees
- * block b of page in abandoned segment seg in place, holding the segment for
- * the moment it takes; a page left empty is purged at once, and the segment
- * freed when empty. False if another thread holds or owns seg now: the
- * caller frees remotely instead. */
-FW_HIDDEN bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b);
+/* Frees block b of page in abandoned segment seg in place, holding the
+ * segment for the moment it takes; the segment stays abandoned, for a
+ * thread that needs memory to adopt (the caller has room of its own). warm: a page left empty stays
+ * committed until the segment's deadline (for a caller whose slow paths run
+ * the purge pass); else it is purged at once, and the segment freed when
+ * empty (for a thread with no heap, which may never run one). False if
+ * another thread holds or owns seg now: the caller frees remotely instead. */
+FW_HIDDEN bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm);
 /* Purges the free slots of abandoned segments whose deadline has passed
  * (all with force); at most one pass every few ms, by any thread. */
 FW_HIDDEN void fw_abandon_purge(uint64_t now, bool force);

@@ -118,9 +118,13 @@
  *      the page has room again without it scanning full pages; the frees
  *      after it stay on the page, so the owner's work grows with pages, not
  *      blocks.
- *   c. a segment whose thread has exited (abandon.c): a thread with a heap
- *      adopts it; a thread without one frees in place and purges what that
- *      empties. Either way the memory comes back without a later slow path.
+ *   c. a segment whose thread has exited (abandon.c): a thread with no
+ *      room of the segment's kind adopts it; any other frees the block in
+ *      place and the segment stays abandoned for a thread that needs memory
+ *      to adopt whole, rather than going to whichever thread frees into it
+ *      first. A page this empties stays warm for the adopter until the
+ *      segment's deadline if the freeing thread has a heap (its slow paths
+ *      run the purge pass), else it is purged at once.
  *   d. a page whose last block is freed returns to its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged
@@ -129,8 +133,13 @@
  *      again costs thousands of page faults, and a program that works on
  *      one buffer for longer than a delay before it allocates the next
  *      would otherwise lose every freed one just before it wanted it. A
- *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments. A purge the OS refuses (locked
- *      memory) leaves the memory dirty, so calloc clears it itself.
+ *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments, each for
+ *      a delay, then purged. At thread exit the thread's free memory is
+ *      purged at once but for a little in each segment, kept warm for the
+ *      thread that takes the segment over: threads that come and go faster
+ *      than the delay would otherwise pile up committed memory. A purge the
+ *      OS refuses (locked memory) leaves the memory dirty, so calloc clears
+ *      it itself.
  *
  * HARDENING (page.h, free.c; cautious mode: check.c)
  *   Free-list links are encoded with a per-process secret and checked on

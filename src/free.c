@@ -22,16 +22,18 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
     fw_heap_free_local(page, b);
     return;
   }
+  /* An exited thread's segment goes to a thread that needs memory of its
+   * kind (it has no free page of that kind), here or in fw_heap_page_new;
+   * any other thread frees in place and leaves the segment abandoned: it
+   * would hold the segment's free pages unused. */
   if (owner == 0) {
     fw_heap_t *heap = fw_tls_heap;
-    if (heap != &fw_heap_empty && fw_opt(RECLAIM)) {
-      if (fw_abandon_reclaim(heap, seg)) {
-        fw_heap_free_local(page, b);
-        return;
-      }
-    } else if (fw_abandon_free(seg, page, b)) {
+    bool has_heap = heap != &fw_heap_empty && fw_opt(RECLAIM);
+    if (has_heap && !fw_segment_tld_has_room(heap->tld, seg->kind) && fw_abandon_reclaim(heap, seg)) {
+      fw_heap_free_local(page, b);
       return;
     }
+    if (fw_abandon_free(seg, page, b, has_heap)) return;
   }
   fw_page_free_remote(page, b);
 }

@@ -198,6 +198,7 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->later = FW_LIST_END;
   page->used = 0;
   page->aligned_live = 0;
+  page->adopted = 0;
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
@@ -280,6 +281,7 @@ void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
 /* Takes a page of an adopted segment into heap. Returns false if the page
  * had no live block and went back to its segment (which may be gone now). */
 bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
+  page->adopted = 1;
   atomic_store_explicit(&page->heap, heap, memory_order_release);
   fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED));
   page->next = page->prev = NULL;
@@ -314,6 +316,21 @@ void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
   }
 }
 
+/* Pages this far along a queue are looked at before the page at hand
+ * carves new blocks. */
+#define FW_QUEUE_LOOKAHEAD 8
+
+/* One of the few pages from page on that came from another heap or thread
+ * (fw_page_adopt) with free blocks, remote frees folded in; or NULL. */
+static fw_page_t *fw_page_queue_adopted(fw_page_t *page) {
+  for (int n = 0; page && n < FW_QUEUE_LOOKAHEAD; page = page->next, n++) {
+    if (!page->adopted) continue;
+    if (!fw_page_has_free(page)) fw_page_collect(page);
+    if (fw_page_has_free(page)) return page;
+  }
+  return NULL;
+}
+
 fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   fw_page_queue_t *q = &heap->queues[cls];
   fw_page_t *page = q->first;
@@ -321,7 +338,18 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
     FW_VALIDATE_PAGE(page);
     if (!fw_page_has_free(page)) {
       fw_page_refill(page);
-      if (!fw_page_has_free(page) && page->capacity < page->reserved) fw_page_extend(page);
+      if (!fw_page_has_free(page) && page->capacity < page->reserved) {
+        /* The free blocks of an adopted page (an exited thread's, whose
+         * other blocks are still live, so the page stays) are memory
+         * touched already: they serve before this page carves new blocks,
+         * which would bring in new memory while those stay resident. Only
+         * adopted pages: the heap's own pages with a few free blocks are
+         * often ones it is draining (a loop that frees its oldest blocks),
+         * and hopping to them would cost more slow paths than carving. */
+        fw_page_t *adopted = fw_page_queue_adopted(page->next);
+        if (adopted) page = adopted;
+        else fw_page_extend(page);
+      }
     }
     if (fw_page_has_free(page)) {
       if (page != q->first) {

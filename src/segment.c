@@ -245,10 +245,10 @@ static void fw_segment_free_ex(fw_tld_t *tld, fw_segment_t *seg, bool purge_now)
 
 static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) { fw_segment_free_ex(tld, seg, false); }
 
-void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg) {
+void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg, bool purge) {
   FW_ASSERT(seg->pages_used == 0);
   if (seg->kind != FW_KIND_LARGE) tld->segments_empty--;
-  fw_segment_free(tld, seg);
+  fw_segment_free_ex(tld, seg, purge);
 }
 
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
@@ -453,23 +453,32 @@ bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
   return true;
 }
 
-/* True if the slot reads as zero now; a slot the OS would not purge
- * (locked memory) stays dirty. */
-static bool fw_slot_purge(fw_segment_t *seg, size_t slot) {
+/* Purges the n free slots from slot first with one call to the OS: each
+ * call costs a TLB flush on every other CPU running the process. True if
+ * the slots read as zero now; slots the OS would not purge (locked memory)
+ * stay dirty. */
+static bool fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
   /* Purging part of a huge page splits it: only its free 4 KiB pages go.
    * From then on the segment keeps to 4 KiB pages, or the kernel's
    * collapsing thread (khugepaged) could fill the purged range again. */
   if (seg->huge && fw_opt(THP) == FW_THP_AUTO)
     seg->huge = fw_arena_set_huge(seg->arena, seg->chunk, seg->chunks, false);
-  size_t size;
-  uint8_t *area = fw_slot_area(seg, slot, &size);
+  size_t size, last_size;
+  uint8_t *area = fw_slot_area(seg, first, &size);
+  /* from the first slot's area to the end of the last one's, which stops
+   * short of the secure level's guard page */
+  uint8_t *last = fw_slot_area(seg, first + n - 1, &last_size);
+  size = (size_t)(last + last_size - area);
   if (!fw_os_purge(area, size)) return false;
+  uint64_t bits = fw_mask_low(n) << first;
   fw_stat_add(purged, size);
-  fw_stat_sub(committed, fw_slot_bytes(seg));
-  seg->purged_mask |= (uint64_t)1 << slot;
-  seg->dirty_mask &= ~((uint64_t)1 << slot);
+  fw_stat_sub(committed, n * fw_slot_bytes(seg));
+  seg->purged_mask |= bits;
+  seg->dirty_mask &= ~bits;
   return true;
 }
+
+static bool fw_slot_purge(fw_segment_t *seg, size_t slot) { return fw_slots_purge(seg, slot, 1); }
 
 static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
   uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
@@ -480,15 +489,26 @@ static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
 
 void fw_segment_purge_slots_now(fw_segment_t *seg) { fw_segment_purge_slots(seg, true); }
 
-static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits) {
+void fw_segment_purge_free(fw_segment_t *seg, size_t keep) {
+  uint64_t dirty = seg->dirty_mask & seg->free_mask;
+  for (size_t kept = fw_slot_bytes(seg); dirty && kept <= keep; kept += fw_slot_bytes(seg)) dirty &= dirty - 1;
+  while (dirty) {
+    unsigned first = fw_ctz64(dirty), n = fw_mask_run_at(dirty, first);
+    fw_slots_purge(seg, first, n);
+    dirty &= ~(fw_mask_low(n) << first);
+  }
+}
+
+static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits, bool warm) {
   seg->free_mask |= bits;
   seg->dirty_mask |= bits;
   long delay = fw_opt(PURGE_DELAY);
-  if (!tld || delay == 0) {
+  if ((!tld && !warm) || delay == 0) {
     for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, fw_ctz64(b));
     if (tld) fw_tld_link_free(tld, seg);
     return;
   }
+  if (!tld) return;  /* an unowned segment's deadline is the abandon layer's */
   fw_tld_link_free(tld, seg);
   if (delay > 0) {
     if (seg->purge_due && (seg->dirty_mask & seg->free_mask & ~bits)) {
@@ -506,7 +526,7 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
   }
 }
 
-void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
+static void fw_segment_page_free_ex(fw_tld_t *tld, fw_page_t *page, bool warm) {
   fw_segment_t *seg = fw_page_segment(page);
   FW_ASSERT(!(page->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) && seg->pages_used > 0);
   FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
@@ -536,7 +556,7 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
   }
   if (seg->pages_used == 0) {
     if (!tld) {
-      fw_segment_release(seg, true);
+      fw_segment_release(seg, !warm);
       return;
     }
     /* An empty segment stays with the thread until the purge pass after its
@@ -549,9 +569,13 @@ void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) {
     }
     tld->segments_empty++;
   }
-  fw_segment_release_slots(tld, seg, bits);
+  fw_segment_release_slots(tld, seg, bits, warm);
   FW_VALIDATE_SEGMENT(seg);
 }
+
+void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page) { fw_segment_page_free_ex(tld, page, false); }
+
+void fw_segment_page_free_warm(fw_page_t *page) { fw_segment_page_free_ex(NULL, page, true); }
 
 /* A slot is purged between one and two delays after its page was freed:
  * each segment keeps one deadline, and slots freed after it was set wait
@@ -562,7 +586,9 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
     if (seg->pages_used == 0 && seg->kind != FW_KIND_LARGE && (force || seg->purge_due <= now)) {
-      fw_segment_free_empty(tld, seg);  /* kept empty for a delay: now it goes */
+      /* kept empty for a delay: now it goes, and its memory with it (in the
+       * arena it would stay committed for another delay) */
+      fw_segment_free_empty(tld, seg, true);
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;

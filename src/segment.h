@@ -25,19 +25,39 @@ FW_HIDDEN bool fw_segment_span_grow(fw_page_t *page, size_t size);
  * that no thread owns (abandoned, held for a moment by a freeing thread):
  * then the slots are purged at once, and the segment freed when empty. */
 FW_HIDDEN void fw_segment_page_free(fw_tld_t *tld, fw_page_t *page);
+/* The same for a page of a segment no thread owns, but its slots stay warm
+ * (dirty) for whoever adopts the segment, until the segment's deadline
+ * (the abandon layer's purge pass); emptied, the segment goes back to its
+ * arena unpurged, where it waits a purge delay too. */
+FW_HIDDEN void fw_segment_page_free_warm(fw_page_t *page);
 /* Purges the thread's free slots whose delay is up (all with force) and
  * frees its empty segments kept past their delay. */
 FW_HIDDEN void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force);
+
+/* Whether the thread has room for a page of this kind in a segment it owns
+ * (a free slot, free slices for a span): if not, its next page of the kind
+ * takes a segment. Large blocks always get one of their own: true. */
+FW_INLINE bool fw_segment_tld_has_room(const fw_tld_t *tld, int kind) {
+  if (kind == FW_KIND_SPAN) return tld->span_binmap != 0;
+  if (kind == FW_KIND_LARGE) return true;
+  return tld->segments_free[kind] != NULL;
+}
 
 /* ---- ownership changes (the abandon layer) -------------------------------- */
 /* Takes seg out of tld's lists: thread_id 0, no tld. */
 FW_HIDDEN void fw_segment_detach(fw_tld_t *tld, fw_segment_t *seg);
 /* Makes seg tld's: lists, thread id, purge deadline of its dirty slots. */
 FW_HIDDEN void fw_segment_attach(fw_tld_t *tld, fw_segment_t *seg);
-/* An owned segment with no page in use goes back to its arena / the OS. */
-FW_HIDDEN void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg);
+/* An owned segment with no page in use goes back to its arena / the OS;
+ * purge: its memory is purged now, else its dirty slots stay warm in the
+ * arena for a purge delay (for the next segment placed on the chunk). */
+FW_HIDDEN void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg, bool purge);
 /* Purges every free dirty slot of a segment nobody owns. */
 FW_HIDDEN void fw_segment_purge_slots_now(fw_segment_t *seg);
+/* Purges the free dirty slots of a segment but the lowest ones, up to keep
+ * bytes of them: the slots a new owner, or a new segment on the same
+ * memory, takes first. Runs of slots go in one call to the OS. */
+FW_HIDDEN void fw_segment_purge_free(fw_segment_t *seg, size_t keep);
 /* The deadline for an abandoned segment's warm free slots: 0 when none. */
 FW_HIDDEN uint64_t fw_segment_abandon_due(fw_segment_t *seg);
 

@@ -75,6 +75,7 @@ struct fw_page_s {
       fw_page_t *next, *prev;    /* class queue, full list or large-block cache */
       uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
       uint8_t idle;              /* seen unused by the last idle scan / cache look */
+      uint8_t adopted;           /* taken over from another heap (fw_page_adopt) */
       uint32_t aligned_live;     /* FW_PF_ALIGNED: interior blocks handed out and not
                                     yet freed by the owner (the flag goes with the last) */
       uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed

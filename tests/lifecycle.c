@@ -10,7 +10,9 @@
  *                     destructor round, in thousands of threads, leaves no
  *                     heap, thread data or segment behind;
  *   option_race:      fw_option_set from one thread while others allocate
- *                     and free is no data race (run under ThreadSanitizer).
+ *                     and free is no data race (run under ThreadSanitizer);
+ *   free_in_place:    blocks of an exited thread freed by main leave its
+ *                     segment abandoned, for a new thread to adopt.
  *
  * Where a measurement must not be disturbed by an allocation (which could
  * run housekeeping or adopt segments and so hide the fault), the process
@@ -426,6 +428,66 @@ static void t_large_cached_at_exit(void) {
   }
 }
 
+/* ---- blocks freed into an exited thread's segment ----------------------- */
+/* Main, which has room of its own, frees the blocks a thread left, all but
+ * one: the thread's segment stays abandoned (the frees are done in place,
+ * main does not take it over), and a new thread, which needs memory,
+ * adopts it: its first block comes from that segment, not from a new one. */
+enum { FP_BLOCKS = 4096 };
+static char *fp_blocks[FP_BLOCKS];
+
+static void *fp_owner(void *arg) {
+  (void)arg;
+  for (int i = 0; i < FP_BLOCKS; i++) {
+    fp_blocks[i] = A.malloc(64);
+    CHECK(fp_blocks[i] != NULL);
+    memset(fp_blocks[i], 0x3d, 64);
+  }
+  return NULL;
+}
+
+static void *fp_newcomer(void *arg) {
+  char **out = arg;
+  *out = A.malloc(64);
+  CHECK(*out != NULL);
+  return NULL;
+}
+
+static void t_free_in_place(void) {
+  X.collect(true); /* main adopts whatever earlier threads left */
+  void *room = A.malloc(64); /* main holds a segment of small pages */
+  CHECK(room != NULL);
+  fw_stats_t s0, s1, s2;
+  fwt_stats(&s0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fp_owner, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  fwt_stats(&s1);
+  const uintptr_t seg = (uintptr_t)fp_blocks[0] & ~(uintptr_t)(4 * MiB - 1);
+  CHECKF(s1.segments_abandoned > s0.segments_abandoned, "the thread left no abandoned segment (%zu, %zu before)",
+         s1.segments_abandoned, s0.segments_abandoned);
+  for (int i = 1; i < FP_BLOCKS; i++) {
+    CHECK(fp_blocks[i][63] == 0x3d);
+    A.free(fp_blocks[i]);
+  }
+  fwt_stats(&s2);
+  CHECKF(s2.segments_abandoned == s1.segments_abandoned,
+         "freeing an exited thread's blocks took %zu of its %zu abandoned segments over",
+         s1.segments_abandoned - s2.segments_abandoned, s1.segments_abandoned);
+  char *p = NULL;
+  CHECK(pthread_create(&t, NULL, fp_newcomer, &p) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  fwt_log("free_in_place: the thread's segment at %#lx, a new thread's first block at %p; abandoned %zu -> %zu -> %zu",
+          (unsigned long)seg, (void *)p, s0.segments_abandoned, s1.segments_abandoned, s2.segments_abandoned);
+  CHECKF(((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1)) == seg,
+         "a new thread's first block %p is not in the segment %#lx the exited thread left", (void *)p,
+         (unsigned long)seg);
+  A.free(p);
+  A.free(fp_blocks[0]);
+  A.free(room);
+  X.collect(true);
+}
+
 static const fwt_section sections[] = {
   {"huge_remote_free", t_huge_remote_free},
   {"free_only_thread", t_free_only_thread},
@@ -433,6 +495,7 @@ static const fwt_section sections[] = {
   {"key_dtor_free", t_key_dtor_free},
   {"option_race", t_option_race},
   {"large_cached_at_exit", t_large_cached_at_exit},
+  {"free_in_place", t_free_in_place},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }

@@ -15,7 +15,10 @@
  *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back;
  *   thp_advice:    the mapping blocks lie in carries the transparent huge
  *                  page advice FREEWAY_THP asks for (run with the default 2 and
- *                  with 1). */
+ *                  with 1);
+ *   exit_abandoned, exit_empty: a thread that frees a burst and exits gives
+ *                  the memory back as it exits, whether its segments keep a
+ *                  few live blocks or none, with a purge delay of a minute. */
 #include "fwtest.h"
 
 #include <pthread.h>
@@ -327,6 +330,90 @@ static void t_thread(void) {
          r2 / MiB, r0 / MiB, r1 / MiB);
 }
 
+/* A thread's free memory goes back when it exits, not a purge delay later
+ * (the delay is set to a minute here, so that nothing else can return it):
+ * the thread makes a burst and frees it, keeping (exit_abandoned) about one
+ * block in each 4 MiB it allocated, so that its segments are left with
+ * live blocks for another thread to adopt, or (exit_empty) none. Only a
+ * little of each segment may stay warm for whoever takes it over next: at
+ * most half the burst may still be resident right after the join (an
+ * eighth, if no block was kept). */
+#define EXIT_KEPT_MAX (512 / 4 + 1) /* the burst, in 4 MiB steps */
+typedef struct exit_job {
+  bool keep;
+  size_t r1;
+  char *kept[EXIT_KEPT_MAX];
+  size_t nkept;
+} exit_job;
+
+static void *exit_thread(void *arg) {
+  exit_job *j = arg;
+  burst_set b;
+  make_burst(&b, 13);
+  j->r1 = fwt_rss();
+  j->nkept = 0;
+  size_t bytes = 0, mark = 0;
+  for (size_t i = 0; i < b.n && j->keep; i++) {
+    if (bytes >= mark && j->nkept < EXIT_KEPT_MAX) {
+      mark += 4 * MiB;
+      j->kept[j->nkept++] = b.v[i];
+      b.v[i] = NULL;
+    }
+    bytes += A.usable_size(b.v[i] ? b.v[i] : j->kept[j->nkept - 1]);
+  }
+  /* the rest in a scattered order */
+  fwt_rng r;
+  fwt_rng_init(&r, 14);
+  for (size_t i = b.n; i > 1; i--) {
+    size_t k = (size_t)(fwt_next(&r) % i);
+    char *t = b.v[i - 1];
+    b.v[i - 1] = b.v[k];
+    b.v[k] = t;
+  }
+  for (size_t i = 0; i < b.n; i++)
+    if (b.v[i]) A.free(b.v[i]);
+  fwt_scratch_free(b.v, b.cap * sizeof *b.v);
+  return NULL;
+}
+
+static void exit_case(bool keep) {
+  const char *what = keep ? "exit_abandoned" : "exit_empty";
+  long delay = X.option_get("purge_delay");
+  CHECK(X.option_set("purge_delay", 60000) == 0);
+  X.collect(true);
+  size_t r0 = fwt_rss();
+  static exit_job j;
+  j.keep = keep;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_thread, &j) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  size_t r2 = fwt_rss();
+  fw_stats_t s;
+  fwt_stats(&s);
+  fwt_log("%s: rss %zu MiB before, %zu MiB with the burst, %zu MiB after the thread freed it%s and exited; "
+          "%zu segments abandoned",
+          what, r0 / MiB, j.r1 / MiB, r2 / MiB, keep ? " but a block per 4 MiB" : "", s.segments_abandoned);
+  CHECKF(j.r1 >= r0 + burst * 3 / 4, "%s: RSS rose only from %zu to %zu MiB for a %zu MiB burst", what, r0 / MiB,
+         j.r1 / MiB, burst / MiB);
+  if (keep) CHECKF(s.segments_abandoned >= j.nkept / 4, "%s: %zu blocks kept, only %zu segments abandoned", what,
+                   j.nkept, s.segments_abandoned);
+  /* Empty segments give back all but a little each; a thread keeps up to
+   * FREEWAY_SEGMENT_CACHE of them, which used to wait for the delay. */
+  CHECKF(r2 <= r0 + (j.r1 - r0) / (keep ? 2 : 8),
+         "%s: RSS still %zu MiB right after the thread exited (%zu before its burst, %zu with it): its free memory "
+         "waits for the purge delay",
+         what, r2 / MiB, r0 / MiB, j.r1 / MiB);
+  for (size_t i = 0; i < j.nkept; i++) {
+    CHECK(j.kept[i][0] != 0);
+    A.free(j.kept[i]);
+  }
+  CHECK(X.option_set("purge_delay", delay) == 0);
+  X.collect(true);
+}
+
+static void t_exit_abandoned(void) { exit_case(true); }
+static void t_exit_empty(void) { exit_case(false); }
+
 /* calloc on memory fresh from the OS does not write it: 1000 blocks of
  * 64 KiB (62.5 MiB) raise RSS by little more than the one page of each
  * block that holds its free-list link. Blocks that come back dirty are
@@ -376,6 +463,8 @@ static const fwt_section sections[] = {
   {"large_reuse", t_large_reuse},
   {"realloc_grow", t_realloc_grow},
   {"thp_advice", t_thp_advice},
+  {"exit_abandoned", t_exit_abandoned},
+  {"exit_empty", t_exit_empty},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }

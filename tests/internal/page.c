@@ -2,7 +2,8 @@
  * fw_heap_struct_new on the calling thread's tld: queue links, the queue
  * head's extra count in used, heap->direct[] following the head, block
  * pop/push counts, carving, and remote frees (the xfree list folded in by
- * fw_page_collect, the heap's delayed list for full pages). */
+ * fw_page_collect, the heap's delayed list for full pages), and adopted
+ * pages serving before a dry head carves more. */
 #include "itest.h"
 #include "heap.h"
 #include "page.h"
@@ -63,6 +64,12 @@ static fw_page_t *lone_page(fw_heap_t *heap, size_t cls) {
   fw_page_queue_remove(heap, &heap->queues[cls], pg);
   CHECK(pg->used == 0 && pg->next == NULL && pg->prev == NULL);
   return pg;
+}
+
+static bool in_free(const fw_page_t *pg, const fw_block_t *b) {
+  for (const fw_block_t *l = pg->free; l != FW_LIST_END; l = fw_block_next(l))
+    if (l == b) return true;
+  return false;
 }
 
 static void t_page_queue(void) {
@@ -154,6 +161,60 @@ static void t_page_queue(void) {
 
   for (size_t i = 0; i < N; i++) fw_segment_page_free(heap->tld, p[i]);
   for (size_t i = 0; i < 3; i++) fw_segment_page_free(heap->tld, b[i]);
+  fw_heap_struct_free(heap);
+}
+
+/* A dry head that could carve more blocks lets an adopted page further on
+ * serve its free blocks first (memory touched already); a page of the
+ * heap's own with free blocks does not stop it carving. */
+static void t_page_queue_adopted(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t cls = fw_size_class(48);
+  fw_page_queue_t *q = &heap->queues[cls];
+  static fw_block_t *ab[4096], *bb[4096];
+  size_t na = 0, nb = 0;
+  fw_page_t *a = lone_page(heap, cls), *b = lone_page(heap, cls);
+  while (fw_page_has_free(a)) ab[na++] = fw_page_pop_checked(a);
+  while (fw_page_has_free(b)) bb[nb++] = fw_page_pop_checked(b);
+  CHECK(a->capacity < a->reserved && nb >= 4);
+  for (size_t i = 0; i < nb; i += 2) CHECK(!fw_page_push(b, bb[i]));  /* every other block free */
+  fw_page_queue_push(heap, q, a);
+  fw_page_queue_push(heap, q, b);
+  CHECK(q->first == a && !a->adopted && !b->adopted);
+
+  /* b is the heap's own: a carves */
+  uint32_t cap = a->capacity;
+  CHECK(fw_page_queue_find(heap, cls) == a && a->capacity > cap && q->first == a);
+  while (fw_page_has_free(a)) ab[na++] = fw_page_pop_checked(a);
+  CHECK(a->capacity < a->reserved);
+
+  /* b taken over (as from an exited thread): it serves, a carves nothing */
+  fw_page_queue_remove(heap, q, b);
+  CHECK(fw_page_adopt(heap, b) && b->adopted && q->last == b);
+  cap = a->capacity;
+  uint32_t b_live = b->used;
+  CHECK(fw_page_queue_find(heap, cls) == b);
+  CHECK(q->first == b && a->capacity == cap && b->used == b_live + 1 && fw_page_has_free(b));
+  CHECK(heap->direct[48] == b);
+  /* dry in its turn, b carves: a, behind it, is the heap's own */
+  while (fw_page_has_free(b)) bb[nb++] = fw_page_pop_checked(b);
+  uint32_t bcap = b->capacity;
+  CHECK(b->capacity < b->reserved);
+  CHECK(fw_page_queue_find(heap, cls) == b && b->capacity > bcap && a->capacity == cap);
+  while (fw_page_has_free(b)) bb[nb++] = fw_page_pop_checked(b);
+
+  /* a page set up anew is the heap's own again */
+  for (size_t i = 0; i < na; i++) fw_page_push(a, ab[i]);
+  for (size_t i = 0; i < nb; i++)
+    if (fw_ptr_page(bb[i]) == b && !in_free(b, bb[i])) fw_page_push(b, bb[i]);
+  fw_page_queue_remove(heap, q, a);
+  fw_page_queue_remove(heap, q, b);
+  CHECK(a->used == 0 && b->used == 0);
+  fw_segment_page_free(heap->tld, a);
+  fw_segment_page_free(heap->tld, b);
+  fw_page_t *c = lone_page(heap, cls);
+  CHECK(!c->adopted);
+  fw_segment_page_free(heap->tld, c);
   fw_heap_struct_free(heap);
 }
 
@@ -450,6 +511,7 @@ int main(int argc, char **argv) {
     {"page_collect", t_page_collect},
     {"page_full_delayed", t_page_full_delayed},
     {"page_aligned_flag", t_page_aligned_flag},
+    {"page_queue_adopted", t_page_queue_adopted},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }

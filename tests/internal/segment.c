@@ -2,7 +2,8 @@
  * the best-fit bins of span segments, growing a span in place, page slots
  * given back (free, dirty and purged masks, the purge deadline and the
  * round that late frees wait), empty segments kept in the thread's cache
- * until a purge pass frees them, and the blocks of segments of their own
+ * until a purge pass frees them, what a thread's exit leaves warm, pages of
+ * segments no thread owns, and the blocks of segments of their own
  * (reuse of freed ones' chunks, growth and shrinking in place). */
 #include "itest.h"
 #include "segment.h"
@@ -388,6 +389,107 @@ static void t_segment_purge_deadline(void) {
   CHECK(tld->segments == NULL);
 }
 
+/* What a thread's exit leaves warm (fw_segment_purge_free): the lowest free
+ * dirty slots up to the bytes asked for; the others are purged, runs of
+ * slots together, and no longer count as committed. */
+static void t_segment_purge_free(void) {
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_tld_t *tld = test_tld();
+  enum { N = 12 };
+  fw_page_t *pg[N];
+  fw_segment_t *s = NULL;
+  for (size_t i = 0; i < N; i++) {
+    pg[i] = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
+    CHECK(pg[i] != NULL);
+    if (!s) s = fw_page_segment(pg[i]);
+    CHECK(pg[i] == &s->pages[i]);
+    memset(pg[i]->area, 0x40 + (int)i, 8192);
+  }
+  /* free slots 1-3, 5, 7-10; 0, 4, 6 and 11 keep their pages */
+  static const size_t freed[] = {1, 2, 3, 5, 7, 8, 9, 10};
+  uint64_t fm = 0;
+  for (size_t k = 0; k < IT_COUNT(freed); k++) {
+    fw_segment_page_free(tld, pg[freed[k]]);
+    fm |= bits(freed[k], freed[k] + 1);
+  }
+  /* (the slots beyond N were never touched: purged from the start) */
+  CHECK((s->free_mask & bits(0, N)) == fm && s->dirty_mask == fm && (s->purged_mask & bits(0, N)) == 0);
+  size_t committed = it_stats().bytes_committed;
+  uint64_t purged_before = it_stats().bytes_purged;
+
+  /* two and a half slots' worth: the two lowest stay warm, contents kept */
+  fw_segment_purge_free(s, 2 * SLICE + SLICE / 2);
+  CHECK(s->dirty_mask == (bits(1, 2) | bits(2, 3)));
+  CHECK((s->purged_mask & bits(0, N)) == (fm & ~bits(1, 3)));
+  CHECK((s->free_mask & bits(0, N)) == fm);  /* still free, now clean */
+  CHECK(pg[1]->area[0] == 0x41 && pg[2]->area[8191] == 0x42);
+  for (size_t k = 2; k < IT_COUNT(freed); k++)
+    CHECKF(first_nonzero((uint8_t *)s + freed[k] * SLICE, SLICE) == SIZE_MAX, "slot %zu not purged", freed[k]);
+  CHECK(pg[0]->area[0] == 0x40 && pg[4]->area[0] == 0x44 && pg[6]->area[0] == 0x46 && pg[11]->area[0] == 0x4b);
+  CHECK(it_stats().bytes_committed == committed - 6 * SLICE);
+  CHECK(it_stats().bytes_purged == purged_before + 6 * SLICE);
+  /* a slot purged comes back zero, a kept one warm */
+  fw_page_t *again = fw_segment_page_alloc(tld, FW_KIND_SMALL, false);
+  CHECK(again == pg[1] && !again->is_zero);
+  fw_segment_page_free(tld, again);
+
+  /* less than a slot: nothing kept */
+  fw_segment_purge_free(s, SLICE - 1);
+  CHECK(s->dirty_mask == 0 && (s->purged_mask & bits(0, N)) == fm);
+  CHECK(first_nonzero(pg[1]->area, 8192) == SIZE_MAX);
+  fw_segment_purge_free(s, 0);  /* nothing left to purge */
+  CHECK((s->purged_mask & bits(0, N)) == fm);
+
+  for (size_t i = 0; i < N; i++)
+    if (!(fm & bits(i, i + 1))) fw_segment_page_free(tld, pg[i]);
+  fw_segments_purge(tld, fw_os_clock_ms(), true);
+  CHECK(tld->segments == NULL);
+}
+
+/* A page of a segment no thread owns given back warm (a free into an
+ * abandoned segment by a thread with a heap): its slot stays dirty, with
+ * its contents, for the adopter; given back the other way it is purged.
+ * The segment freed with its last page goes to its arena unpurged. */
+static void t_segment_free_unowned(void) {
+  CHECK(fw_option_set("purge_delay", 100000) == 0);
+  fw_tld_t *tld = test_tld();
+  const size_t seg0 = live_segments();
+  fw_page_t *a = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
+  fw_page_t *b = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
+  fw_page_t *c = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
+  fw_segment_t *s = fw_page_segment(a);
+  CHECK(fw_page_segment(c) == s && b == &s->pages[1] && c == &s->pages[2]);
+  memset(b->area, 0x5b, 4096);
+  memset(c->area, 0x5c, 4096);
+  fw_segment_detach(tld, s);
+  CHECK(s->tld == NULL && atomic_load(&s->thread_id) == 0 && tld->segments == NULL);
+
+  fw_segment_page_free_warm(b);
+  CHECK((s->free_mask & bits(1, 2)) && (s->dirty_mask & bits(1, 2)) && !(s->purged_mask & bits(1, 2)));
+  CHECK(b->area[0] == 0x5b && s->pages_used == 2);
+  fw_segment_page_free(NULL, c);
+  CHECK((s->free_mask & bits(2, 3)) && !(s->dirty_mask & bits(2, 3)) && (s->purged_mask & bits(2, 3)));
+  CHECK(first_nonzero((uint8_t *)s + 2 * SLICE, SLICE) == SIZE_MAX);
+
+  /* the adopter finds the warm slot first */
+  fw_segment_attach(tld, s);
+  fw_page_t *again = fw_segment_page_alloc(tld, FW_KIND_SMALL, false);
+  CHECK(again == b && !again->is_zero && again->area[0] == 0x5b);
+  fw_segment_page_free(tld, again);
+  fw_segment_detach(tld, s);
+
+  /* its last page given back warm: the segment goes, its chunk dirty */
+  fw_segment_page_free_warm(a);
+  CHECK(live_segments() == seg0 && atomic_load(&s->thread_id) == 0);
+  fw_arena_t *arena;
+  uint32_t chunk;
+  bool zero = true;
+  void *mem = fw_arena_alloc(1, &arena, &chunk, &zero);
+  CHECK(mem == (void *)s && !zero);
+  CHECK(((unsigned char *)s)[1 * SLICE] == 0x5b);
+  fw_arena_free(arena, chunk, 1, true);
+}
+
 /* ---- empty segments ------------------------------------------------------------------ */
 static void t_segment_cache(void) {
   CHECK(fw_option_set("purge_delay", 100000) == 0);
@@ -397,6 +499,7 @@ static void t_segment_cache(void) {
   fw_segment_t *s = fw_page_segment(pg);
   CHECK(live_segments() == seg0 + 1 && tld->segments_empty == 0);
   memset(pg->area, 0x77, 4096);
+  const unsigned char *touched = pg->area;
 
   /* its last page gone, the segment stays with the thread */
   fw_segment_page_free(tld, pg);
@@ -415,12 +518,15 @@ static void t_segment_cache(void) {
   CHECK(!owns(tld, s) && tld->segments == NULL && tld->segments_empty == 0);
   CHECK(tld->segments_free[FW_KIND_SMALL] == NULL);
   CHECK(live_segments() == seg0 && atomic_load(&s->thread_id) == 0);
-  /* its chunk went back to the arena, dirty (the arena's delay is long) */
+  /* its chunk went back to the arena purged: it has waited its delay once
+   * already (the arena's own delay is long, so only the segment's purge can
+   * have cleared what the page wrote) */
   fw_arena_t *arena;
   uint32_t chunk;
-  bool zero = true;
+  bool zero = false;
   void *mem = fw_arena_alloc(1, &arena, &chunk, &zero);
-  CHECK(mem == (void *)s && !zero);
+  CHECK(mem == (void *)s && zero);
+  CHECK(touched[0] == 0 && touched[4095] == 0);
   fw_arena_free(arena, chunk, 1, false);
 
   /* a forced pass frees it whatever the time */
@@ -549,6 +655,8 @@ int main(int argc, char **argv) {
     {"segment_span_grow", t_segment_span_grow},
     {"segment_page_free", t_segment_page_free},
     {"segment_purge_deadline", t_segment_purge_deadline},
+    {"segment_purge_free", t_segment_purge_free},
+    {"segment_free_unowned", t_segment_free_unowned},
     {"segment_cache", t_segment_cache},
     {"segment_large", t_segment_large},
   };
