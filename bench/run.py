@@ -1215,6 +1215,27 @@ def machine_info():
 LIB_DIRS_32 = ["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/lib32"]
 
 
+def add_variant(spec):
+    """--variant NAME=LIB[,KEY=VALUE...]: a column freeway-NAME, the library
+    at LIB with those environment settings, in the default mode unless they
+    set FREEWAY_CAUTIOUS or FREEWAY_SECURE."""
+    name, _, rest = spec.partition("=")
+    parts = [x for x in rest.split(",") if x]
+    if not name or not parts or "=" in parts[0]:
+        sys.exit("--variant %r: expected NAME=LIB[,KEY=VALUE...]" % spec)
+    col = "freeway-" + name
+    if col in ALLOC_NAMES:
+        sys.exit("--variant %r: %s is already a column" % (spec, col))
+    lib = os.path.abspath(parts[0])
+    env = dict(x.split("=", 1) for x in parts[1:])
+    PEERS.insert(ALLOC_NAMES.index("freeway") + 1, (col, lib))
+    ALLOC_NAMES[:] = [n for n, _ in PEERS]
+    DEFAULT_ALLOCS.insert(DEFAULT_ALLOCS.index("freeway") + 1, col)
+    ALLOC_ENV[col] = env
+    FREEWAY_MODE[col] = (int(env.get("FREEWAY_CAUTIOUS", "0") != "0"),
+                         int(env.get("FREEWAY_SECURE", "0") != "0" and env.get("FREEWAY_CAUTIOUS", "0") == "0"))
+
+
 def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
     """The allocators of `wanted` found and checked with bench_whoami. With
     bits=32: build_dir and bin_dir are the 32-bit build's, Debian's libraries
@@ -1244,6 +1265,11 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
             path = os.path.join(build_dir, "libfreeway.so")
             if not os.path.exists(path):
                 notes.append("%s%s: %s not found (build the library first); skipped" % (tag, name, rel(path)))
+                continue
+        elif os.path.isabs(lib):  # a --variant's library
+            path = lib
+            if not os.path.exists(path) or bits != 64:
+                notes.append("%s%s: %s not found; skipped" % (tag, name, rel(path)))
                 continue
         elif bits != 64:
             path = next((p for p in (os.path.join(d, lib) for d in LIB_DIRS_32) if os.path.exists(p)), None)
@@ -1294,7 +1320,7 @@ def resolve_allocators(build_dir, wanted, bin_dir, notes, bits=64):
             pkg, ver = package_version("/lib/%s/libc.so.6" % (sysconfig.get_config_var("MULTIARCH") or ""))
             if not pkg:
                 pkg, ver = "libc6", platform.libc_ver()[1]
-        if lib == "@build":
+        if lib == "@build" or (lib and os.path.isabs(lib)):
             pkg, ver = "freeway (this repository)", (git("rev-parse", "--short", "HEAD") or "?") + (
                 "+dirty" if git("status", "--porcelain", "--", "src", "include") else "")
         built = None
@@ -2040,12 +2066,18 @@ def main():
     ap.add_argument("--no-merge", action="store_true",
                     help="start the output afresh even for a partial run (by default a partial run keeps the "
                          "results already in the output directory and replaces only what it re-ran)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=LIB[,KEY=VALUE...]",
+                    help="one more column, freeway-NAME: the freeway library at LIB (e.g. another build "
+                         "directory's libfreeway.so) with the FREEWAY_* settings given, run in every experiment "
+                         "as 'freeway' is, to weigh a change or a setting against the default (repeatable)")
     ap.add_argument("--timeout", type=float, default=0, help="per-run timeout in seconds")
     ap.add_argument("--list", action="store_true", help="list experiments and allocators, then exit")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite RESULTS.md, the CSV files and the plots from the output directory's results.json, "
                          "running nothing")
     args = ap.parse_args()
+    for v in args.variant:
+        add_variant(v)
 
     full = bool(args.full)
     mode = "full" if full else "quick"

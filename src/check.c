@@ -18,7 +18,7 @@
  *   two still holds tells an overrun from an underrun.
  * - the canary fills the slack after the request (and an aligned block's
  *   pad before it), up to FW_CHECK_SPAN bytes each, with bytes drawn from
- *   the secret and the block's address, none of them zero.
+ *   the secret and the block's address, each with its top bit set.
  * - a freed block is filled (after its list link, up to FW_CHECK_SPAN
  *   bytes) with another such pattern, checked when the block is handed out
  *   again: a write through a dangling pointer is found then.
@@ -163,16 +163,14 @@ static uint64_t fw_info(size_t off, unsigned form, size_t align) {
   return (uint64_t)(uint32_t)off | (uint64_t)form << 32 | (uint64_t)a << 40;
 }
 
-/* Eight pattern bytes for a block, none of them zero (a string's
- * terminator one byte too far must show): drawn from the secret and the
- * block's address, so that bytes copied from another block's canary or
+/* Eight pattern bytes for a block, each with its top bit set: a write of
+ * text (ASCII, a string's terminator one byte too far) over a canary or a
+ * freed block always changes it, where a byte drawn from all 256 values
+ * would let one such write in 256 pass unseen. Drawn from the secret and
+ * the block's address, so that bytes copied from another block's canary or
  * freed pattern do not pass for this one's. */
 static uint64_t fw_pattern(const uint8_t *b, uint64_t secret) {
-  uint64_t w = fw_fold((uint64_t)(uintptr_t)b ^ secret, secret | 1);
-  const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
-  /* a byte's top bit here is set exactly when the byte is zero */
-  uint64_t zero = ~(((w & lo7) + lo7) | w | lo7);
-  return w | (zero >> 7) * 0xa5;
+  return fw_fold((uint64_t)(uintptr_t)b ^ secret, secret | 1) | 0x8080808080808080ull;
 }
 
 /* The byte at address a of a pattern: by the address, so that word-sized

@@ -16,6 +16,8 @@
  *   thp_advice:    the mapping blocks lie in carries the transparent huge
  *                  page advice FREEWAY_THP asks for (run with the default 2 and
  *                  with 1);
+ *   big_churn:     blocks of 1 to 2 MiB replaced at random reuse each
+ *                  other's memory, whatever their sizes;
  *   exit_abandoned, exit_empty: a thread that frees a burst and exits gives
  *                  the memory back as it exits, whether its segments keep a
  *                  few live blocks or none, with a purge delay of a minute. */
@@ -218,6 +220,40 @@ static void t_large_reuse(void) {
   }
   CHECKF(with * 4 < without * 3, "the large-block cache saved too few page faults: %ld with it, %ld without", with,
          without);
+}
+
+/* One thread replaces 1 to 2 MiB blocks at random among three, writing
+ * every page: the blocks of other sizes freed meanwhile must be reused, not
+ * held apart, so that RSS stays near what is live (at most 6 MiB). Freed
+ * blocks that waited for a request of their exact size once added up to
+ * the large-block cache's 16 MiB on top. */
+static void t_big_churn(void) {
+  enum { LIVE = 3, OPS = 1500 };
+  char *v[LIVE] = {0};
+  size_t len[LIVE] = {0};
+  fwt_rng r;
+  fwt_rng_init(&r, 5);
+  size_t r0 = fwt_rss(), peak = r0;
+  for (int i = 0; i < OPS; i++) {
+    size_t j = (size_t)(fwt_next(&r) % LIVE);
+    if (v[j]) {
+      CHECKF(v[j][0] == (char)j && v[j][len[j] - 1] == (char)j, "block %p lost its marks", (void *)v[j]);
+      A.free(v[j]);
+    }
+    len[j] = fwt_range(&r, MiB, 2 * MiB);
+    v[j] = A.malloc(len[j]);
+    CHECK(v[j] != NULL);
+    for (size_t k = 0; k < len[j]; k += 4096) v[j][k] = (char)j;
+    v[j][len[j] - 1] = (char)j;
+    if (i % 10 == 0) {
+      size_t now = fwt_rss();
+      if (now > peak) peak = now;
+    }
+  }
+  for (int j = 0; j < LIVE; j++) A.free(v[j]);
+  fwt_log("big_churn: RSS %zu MiB before, peak %zu MiB while 3 blocks of 1-2 MiB were replaced %d times", r0 / MiB,
+          peak / MiB, OPS);
+  CHECKF(peak - r0 <= 20 * MiB, "RSS rose by %zu MiB for at most 6 MiB of live blocks", (peak - r0) / MiB);
 }
 
 static void t_realloc_grow(void) {
@@ -462,6 +498,7 @@ static const fwt_section sections[] = {
   {"_quiet", t_quiet},
   {"large_reuse", t_large_reuse},
   {"realloc_grow", t_realloc_grow},
+  {"big_churn", t_big_churn},
   {"thp_advice", t_thp_advice},
   {"exit_abandoned", t_exit_abandoned},
   {"exit_empty", t_exit_empty},

@@ -9,6 +9,9 @@
  *   split:   a burst in huge pages, freed but for one block per 2 MiB and
  *            collected: RSS falls by most of it, and the segments that were
  *            purged in part have gone back to 4 KiB pages;
+ *   large:   a block above 4 MiB gets them (in an arena and in a mapping
+ *            of its own, above 256 MiB), written whole or not; a block of
+ *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
  *   never:   with FREEWAY_THP=0, no mapping of the heap asks for them;
  *   delay0:  nor with FREEWAY_PURGE_DELAY=0.
  * The kernel must offer huge pages (not "[never]" in
@@ -185,6 +188,46 @@ static void t_split(void) {
   on_thread(split_thread);
 }
 
+/* Sizes of blocks with a segment of their own, and whether each gets huge
+ * pages under the default policy. */
+static const struct {
+  size_t size;
+  bool huge;
+} large_cases[] = {
+  {3 * MiB, false},
+  {5 * MiB, true},
+  {20 * MiB, true},
+  {300 * MiB, true}, /* beyond an arena's largest run: a mapping of its own */
+};
+
+static void large_check(bool policy) {
+  for (size_t i = 0; i < sizeof large_cases / sizeof large_cases[0]; i++) {
+    size_t size = large_cases[i].size;
+    bool want = policy && large_cases[i].huge;
+    char *p = A.malloc(size);
+    CHECK(p != NULL);
+    p[0] = 1;
+    p[size - 1] = 1;
+    char flags[512];
+    vma_flags(p + size - 1, flags, sizeof flags);
+    fwt_log("large: a block of %zu MiB: mapping of its last byte [%s]", size / MiB, flags);
+    CHECKF(has_flag(flags, "hg") == want, "a block of %zu MiB %s huge pages: flags [%s]", size / MiB,
+           want ? "got no" : "asks for", flags);
+    A.free(p);
+  }
+}
+
+static void *large_thread(void *arg) {
+  (void)arg;
+  large_check(true);
+  return NULL;
+}
+
+static void t_large(void) {
+  need_thp(2);
+  on_thread(large_thread);
+}
+
 static void *none_thread(void *arg) {
   (void)arg;
   run r;
@@ -194,6 +237,7 @@ static void *none_thread(void *arg) {
   fwt_log("%zu MiB of 256 B blocks: last block's mapping [%s]", burst / MiB, last);
   CHECKF(!has_flag(last, "hg"), "huge pages asked for: flags [%s]", last);
   release(&r);
+  if (X.option_get("thp") == 0) large_check(false);
   return NULL;
 }
 
@@ -212,6 +256,7 @@ static const fwt_section sections[] = {
   {"advice", t_advice},
   {"medium", t_medium},
   {"split", t_split},
+  {"large", t_large},
   {"_never", t_never},
   {"_delay0", t_delay0},
 };
