@@ -144,6 +144,7 @@ struct fw_heap_s {
   fw_heap_t *pool_next;            /* free heap structs */
   size_t peak_bytes;               /* sampled by fw_heap_stats */
   uint64_t slow_count;
+  uint32_t retire_count;           /* pages given back: housekeeping every few */
   uint64_t rng;                    /* FREEWAY_SECURE: the carving order's state */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
