@@ -87,6 +87,11 @@ extern const char *fwt_flavour;
 #define FWT_HIGH(k) ((size_t)1 << (FWT_BITS - (k))) /* 2^(bits - k) */
 /* 2^(bits - k) where no address space holds it (64-bit), else just over half */
 #define FWT_IMPOSSIBLE(k) (sizeof(size_t) == 8 ? FWT_HIGH(k) : (SIZE_MAX / 2 + 1 + (k) * 4096))
+/* SIZE_MAX / 2 (PTRDIFF_MAX) where no address space holds it (64-bit), one
+ * more where a process may have that much in one piece (32-bit: 2 GiB - 1
+ * is a size an allocator may hand out, as glibc's does; above PTRDIFF_MAX
+ * none does). */
+#define FWT_HALF_MAX (sizeof(size_t) == 8 ? SIZE_MAX / 2 : SIZE_MAX / 2 + 1)
 #define FWT_HALF ((size_t)1 << (FWT_BITS / 2))      /* HALF * (HALF + 1) wraps to HALF */
 #define FWT_THIRD (SIZE_MAX / 3 + 1)                /* 3 * THIRD wraps to 2 */
 /* 65537 * FWT_WRAP65537 wraps to 65536 */

@@ -98,8 +98,8 @@ static void t_calloc_realloc(void) {
   void *p = X.heap_calloc(h, 65537, FWT_WRAP65537);
   CHECKF(p == NULL && errno == ENOMEM, "fw_heap_calloc overflow not caught (%p)", p);
   errno = 0;
-  p = X.heap_malloc(h, SIZE_MAX / 2);
-  CHECKF(p == NULL && errno == ENOMEM, "fw_heap_malloc(SIZE_MAX / 2) = %p", p);
+  p = X.heap_malloc(h, FWT_HALF_MAX);
+  CHECKF(p == NULL && errno == ENOMEM, "fw_heap_malloc(%zu) = %p", (size_t)FWT_HALF_MAX, p);
 
   /* realloc keeps contents and the heap. */
   for (size_t i = 0; i < FWT_COUNT(sizes); i++) {
