@@ -307,7 +307,8 @@ static uint64_t fw_rd_fixed(fw_cfi_rd_t *r, size_t n) {
   r->p += n;
   return v;
 }
-static uint64_t fw_rd_uleb(fw_cfi_rd_t *r) {
+/* A LEB128 number; sign: extend from its last byte's bit 6 (SLEB128). */
+static uint64_t fw_rd_leb(fw_cfi_rd_t *r, bool sign) {
   uint64_t v = 0;
   unsigned shift = 0;
   uint8_t b;
@@ -316,20 +317,11 @@ static uint64_t fw_rd_uleb(fw_cfi_rd_t *r) {
     if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
     shift += 7;
   } while ((b & 0x80) && !r->bad);
+  if (sign && shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
   return v;
 }
-static int64_t fw_rd_sleb(fw_cfi_rd_t *r) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  uint8_t b;
-  do {
-    b = fw_rd_u8(r);
-    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-    shift += 7;
-  } while ((b & 0x80) && !r->bad);
-  if (shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
-  return (int64_t)v;
-}
+static uint64_t fw_rd_uleb(fw_cfi_rd_t *r) { return fw_rd_leb(r, false); }
+static int64_t fw_rd_sleb(fw_cfi_rd_t *r) { return (int64_t)fw_rd_leb(r, true); }
 /* Skips a pointer in DW_EH_PE encoding enc; false for a form not known. */
 static bool fw_rd_skip_ptr(fw_cfi_rd_t *r, uint8_t enc) {
   if (enc == 0xff) return true;  /* omitted */

@@ -469,10 +469,9 @@ bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
 }
 
 /* Purges the n free slots from slot first with one call to the OS: each
- * call costs a TLB flush on every other CPU running the process. True if
- * the slots read as zero now; slots the OS would not purge (locked memory)
- * stay dirty. */
-static bool fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
+ * call costs a TLB flush on every other CPU running the process. Slots the
+ * OS would not purge (locked memory) stay dirty. */
+static void fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
   /* Purging part of a huge page splits it: only its free 4 KiB pages go.
    * From then on the segment keeps to 4 KiB pages, or the kernel's
    * collapsing thread (khugepaged) could fill the purged range again. */
@@ -484,20 +483,25 @@ static bool fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
    * short of the secure level's guard page */
   uint8_t *last = fw_slot_area(seg, first + n - 1, &last_size);
   size = (size_t)(last + last_size - area);
-  if (!fw_os_purge(area, size)) return false;
+  if (!fw_os_purge(area, size)) return;
   uint64_t bits = fw_mask_low(n) << first;
   fw_stat_add(purged, size);
   fw_stat_sub(committed, n * fw_slot_bytes(seg));
   seg->purged_mask |= bits;
   seg->dirty_mask &= ~bits;
-  return true;
 }
 
-static bool fw_slot_purge(fw_segment_t *seg, size_t slot) { return fw_slots_purge(seg, slot, 1); }
+/* Purges the slots of bits, each run of them in one call. */
+static void fw_segment_purge_mask(fw_segment_t *seg, uint64_t bits) {
+  while (bits) {
+    unsigned first = fw_ctz64(bits), n = fw_mask_run_at(bits, first);
+    fw_slots_purge(seg, first, n);
+    bits &= ~(fw_mask_low(n) << first);
+  }
+}
 
 static void fw_segment_purge_slots(fw_segment_t *seg, bool all) {
-  uint64_t dirty = seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young);
-  for (uint64_t d = dirty; d; d &= d - 1) fw_slot_purge(seg, fw_ctz64(d));
+  fw_segment_purge_mask(seg, seg->dirty_mask & seg->free_mask & (all ? ~(uint64_t)0 : ~seg->dirty_young));
   seg->dirty_young = 0;
   seg->purge_due = 0;
 }
@@ -507,11 +511,7 @@ void fw_segment_purge_slots_now(fw_segment_t *seg) { fw_segment_purge_slots(seg,
 void fw_segment_purge_free(fw_segment_t *seg, size_t keep) {
   uint64_t dirty = seg->dirty_mask & seg->free_mask;
   for (size_t kept = fw_slot_bytes(seg); dirty && kept <= keep; kept += fw_slot_bytes(seg)) dirty &= dirty - 1;
-  while (dirty) {
-    unsigned first = fw_ctz64(dirty), n = fw_mask_run_at(dirty, first);
-    fw_slots_purge(seg, first, n);
-    dirty &= ~(fw_mask_low(n) << first);
-  }
+  fw_segment_purge_mask(seg, dirty);
 }
 
 static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t bits, bool warm) {
@@ -519,7 +519,7 @@ static void fw_segment_release_slots(fw_tld_t *tld, fw_segment_t *seg, uint64_t 
   seg->dirty_mask |= bits;
   long delay = fw_opt(PURGE_DELAY);
   if ((!tld && !warm) || delay == 0) {
-    for (uint64_t b = bits; b; b &= b - 1) fw_slot_purge(seg, fw_ctz64(b));
+    fw_segment_purge_mask(seg, bits);
     if (tld) fw_tld_link_free(tld, seg);
     return;
   }
