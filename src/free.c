@@ -108,7 +108,7 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
     if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
         (uint64_t)off * d >= d)
       what = "free of a pointer inside a block";
-    else if (fw_secure && fw_block_marked(b))
+    else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b))
       what = freed;
   }
   if (fw_likely(what == NULL)) return;

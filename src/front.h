@@ -37,12 +37,12 @@ FW_HIDDEN __attribute__((noreturn)) void fw_block_report(fw_segment_t *seg, cons
  * true when p's block holds size bytes and would not be more than half
  * empty (fw_realloc_ex's rule) and p passes what fw_block_check asks of a
  * pointer, in the same order: a segment header of freeway's first, then a
- * page in use (UNUSED), then the start of one of its carved blocks, or a
- * live large block. Pages with any flag but FULL (aligned blocks) are left
- * to fw_realloc_ex, as is anything that fails, so that the slow path
- * reports it. Cautious mode reads nothing through p before it has
- * validated p (check.c). Nothing is written: the block may be any
- * thread's. */
+ * page in use (UNUSED), then the start of one of its carved blocks that
+ * does not hold a free list's link (page.h), or a live large block.
+ * Pages with any flag but FULL (aligned blocks) are left to fw_realloc_ex,
+ * as is anything that fails, so that the slow path reports it. Cautious
+ * mode reads nothing through p before it has validated p (check.c).
+ * Nothing is written: the block may be any thread's. */
 FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   if (fw_unlikely(fw_cautious)) return false;
   fw_segment_t *seg = fw_ptr_segment(p);
@@ -61,7 +61,7 @@ FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   /* off is below 4 MiB once in range, and the divisor test holds below 2^32
    * (off * d < d is sizeclass.h's off * d <= d - 1) */
   uint64_t d = fw_class_divisor[page->cls];
-  return off < (size_t)page->reserved * bs && (uint64_t)off * d < d;
+  return off < (size_t)page->reserved * bs && (uint64_t)off * d < d && !fw_link_looks_free((const fw_block_t *)p);
 }
 
 /* The malloc fast path on a ready heap: pop the free list of the page that

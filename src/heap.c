@@ -149,6 +149,7 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
   fw_page_collect(page);
+  fw_page_check_empty(page);
   if (page->kind != FW_KIND_LARGE || !fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
   /* Memory freed in a burst is purged while the burst is still being freed
    * (once its delay is up), not only when the thread allocates again; every

@@ -21,7 +21,8 @@ fw_page_t fw_page_empty = {.free = &fw_list_end, .later = &fw_list_end};
 
 /* K = 1 until fw_list_init: no list exists before it. */
 uintptr_t fw_list_key = 1, fw_list_key_inv = 1, fw_mark_key;
-fw_block_t fw_list_end;
+/* Its link is the taken mark, which fails the fast pop's test too. */
+fw_block_t fw_list_end = {.link = FW_LINK_TAKEN};
 
 void fw_list_init(void) {
   uintptr_t k = 0;
@@ -50,10 +51,13 @@ void fw_block_take(const fw_page_t *page, fw_block_t *b) {
 
 void fw_list_corrupt(const fw_page_t *page, const fw_block_t *b, uintptr_t t) {
   fw_segment_t *seg = fw_page_segment(page);
-  const char *what = t == 0 ? "double free" : "free list corrupted";
+  bool taken = b->link == FW_LINK_TAKEN;
+  const char *what = t == 0 || taken ? "double free" : "free list corrupted";
   fw_message("%s: address %p%s, in a page of %zu-byte blocks (class %u) of thread %#lx; "
              "a freed block was written to or freed twice; aborting\n",
-             what, (const void *)b, t == 0 ? " is its own successor" : "'s link is damaged",
+             what, (const void *)b,
+             t == 0 ? " is its own successor"
+                    : taken ? " was handed out and is on a free list again" : "'s link is damaged",
              page->block_size, (unsigned)page->cls,
              (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed));
   fw_os_abort();
@@ -440,6 +444,57 @@ size_t fw_page_live(const fw_page_t *pg) {
   fw_heap_t *heap = atomic_load_explicit(&((fw_page_t *)pg)->heap, memory_order_relaxed);
   bool head = !(pg->flags & FW_PF_FULL) && pg->kind != FW_KIND_LARGE && heap && heap->queues[pg->cls].first == pg;
   return pg->used - (head ? 1u : 0u);
+}
+
+/* The first block a cyclic list reaches twice (Floyd's method): the block
+ * that was freed twice. The links were checked by the caller. */
+static const fw_block_t *fw_list_cycle_entry(const fw_block_t *head) {
+  const fw_block_t *slow = head, *fast = head;
+  do {
+    slow = fw_block_next(slow);
+    fast = fw_block_next(fw_block_next(fast));
+  } while (slow != fast);
+  for (slow = head; slow != fast; slow = fw_block_next(slow), fast = fw_block_next(fast)) {
+  }
+  return slow;
+}
+
+void fw_page_check_empty(const fw_page_t *page) {
+  if (page->kind == FW_KIND_LARGE) return;
+  /* Every carved block must hold a link (a live one holds the taken mark
+   * or the program's data). A scan of the blocks in address order, not a
+   * walk of the lists: its loads do not wait on each other. */
+  const uint8_t *area = page->area;
+  size_t bs = page->block_size, n = page->capacity, live = n;
+  for (size_t i = 0; i < n; i++)
+    if (fw_unlikely(!fw_link_looks_free((const fw_block_t *)(area + i * bs)))) {
+      live = i;
+      break;
+    }
+  if (fw_likely(live == n)) return;
+  /* The block freed twice is the one its list reaches twice, if the list
+   * has a cycle; the live block is what the page would lose. */
+  fw_segment_t *seg = fw_page_segment(page);
+  unsigned long owner = (unsigned long)atomic_load_explicit(&seg->thread_id, memory_order_relaxed);
+  const fw_block_t *lists[2] = {page->free, page->later}, *twice = NULL;
+  for (int l = 0; l < 2 && !twice; l++) {
+    size_t k = 0;
+    for (const fw_block_t *b = lists[l]; b && b != FW_LIST_END && !twice; b = fw_block_next(b)) {
+      if (FW_LINK_BAD(fw_link_decode(b))) break;
+      if (++k > n) twice = fw_list_cycle_entry(lists[l]);
+    }
+  }
+  if (twice)
+    fw_message("double free: address %p is twice on the free list of its page of %zu-byte blocks (class %u) "
+               "of thread %#lx, whose count says no block is live: the block at %p still is, and would be "
+               "handed out again; aborting\n",
+               (const void *)twice, bs, (unsigned)page->cls, owner, (const void *)(area + live * bs));
+  else
+    fw_message("double free: a page of %zu-byte blocks (class %u) of thread %#lx counts no live block, "
+               "but the block at %p still is: a block was freed twice, and this one would be handed out "
+               "again; aborting\n",
+               bs, (unsigned)page->cls, owner, (const void *)(area + live * bs));
+  fw_os_abort();
 }
 
 #ifdef FW_DEBUG

@@ -23,11 +23,28 @@
  * "empty or damaged", and the slow path tells the two apart
  * (fw_page_pop_checked). A heap's delayed list spans segments: its links
  * are next * K, and each block on it is looked up (fw_page_of_pointer)
- * before it is touched. */
+ * before it is touched.
+ *
+ * Every pop leaves FW_LINK_TAKEN (1) in the block's link word, which
+ * decodes to K^-1, an odd t that fails every check. That is what stops a
+ * block from being handed out twice: a double free, however late and from
+ * whichever threads, puts a block on the lists twice, so the pops reach it
+ * twice; the first one marks it, and the second finds the mark (or the
+ * program's data, written over it since) where a link should be, and stops
+ * the process before the block is handed out again. It also means a fresh
+ * block never shows the program an encoded link, from which K could be
+ * worked out. The fast pop tests t without its "non-zero" part (t == 0 is
+ * an immediate double free's self-link): the block is then handed out once,
+ * its mark becomes its own successor's link, and the next pop stops; this
+ * keeps the mark's store within the fast path's old instruction count. */
 FW_HIDDEN extern uintptr_t fw_list_key, fw_list_key_inv;
 FW_HIDDEN extern fw_block_t fw_list_end;
 #define FW_LIST_END (&fw_list_end)
 #define FW_LINK_BAD(t) ((((t) - 8) & (~(uintptr_t)FW_SEGMENT_MASK | 7)) != 0)
+/* The fast pop's test: FW_LINK_BAD but for t == 0 (see above). */
+#define FW_LINK_BAD_FAST(t) (((t) & (~(uintptr_t)FW_SEGMENT_MASK | 7)) != 0)
+/* What a pop leaves in a block's link word (see above). */
+#define FW_LINK_TAKEN ((uintptr_t)1)
 /* Chooses the secret; before any page exists. */
 FW_HIDDEN void fw_list_init(void);
 
@@ -78,10 +95,11 @@ FW_HIDDEN void fw_block_take(const fw_page_t *page, fw_block_t *b);
 FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
   fw_block_t *b = page->free;
   uintptr_t t = fw_link_decode(b);
-  if (fw_unlikely(FW_LINK_BAD(t))) return NULL;
+  if (fw_unlikely(FW_LINK_BAD_FAST(t))) return NULL;
   FW_RESULT_REG(b);
   page->used++;
   page->free = (fw_block_t *)((uintptr_t)b ^ t);
+  b->link = FW_LINK_TAKEN;
   return b;
 }
 /* The pop of every other path: NULL only if the list is empty; a damaged
@@ -94,6 +112,7 @@ FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {
   if (fw_unlikely(FW_LINK_BAD(t)) && next != FW_LIST_END) fw_list_corrupt(page, b, t);
   page->free = next;
   page->used++;
+  b->link = FW_LINK_TAKEN;
   return b;
 }
 /* b's link fails its check and is not the list's end: what makes
@@ -101,6 +120,13 @@ FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {
 FW_INLINE bool fw_link_damaged(const fw_block_t *b) {
   uintptr_t t = fw_link_decode(b);
   return FW_LINK_BAD(t) && (fw_block_t *)(t ^ (uintptr_t)b) != FW_LIST_END;
+}
+/* b's first word is a valid link of a page list: the block is free (the
+ * taken mark, zero and the program's data fail the test but with odds of
+ * 2^-45, see above). For the slow frees, which may read the word. */
+FW_INLINE bool fw_link_looks_free(const fw_block_t *b) {
+  uintptr_t t = fw_link_decode(b);
+  return !FW_LINK_BAD(t) || (fw_block_t *)(t ^ (uintptr_t)b) == FW_LIST_END;
 }
 /* Returns true when the page has no live block left. */
 FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
@@ -154,6 +180,11 @@ FW_HIDDEN fw_block_t *fw_page_block_start(const fw_page_t *page, const void *p);
 FW_HIDDEN size_t fw_page_usable(const fw_page_t *page, const void *p);
 /* Live blocks of a page, without the queue head's extra count. */
 FW_HIDDEN size_t fw_page_live(const fw_page_t *page);
+/* Before a small or medium page whose count says it has no live block goes
+ * back to its segment: its lists must hold every block it carved, or a
+ * double free has made the count lie and a live block would be handed out
+ * again; that stops the process. */
+FW_HIDDEN void fw_page_check_empty(const fw_page_t *page);
 
 #ifdef FW_DEBUG
 FW_HIDDEN void fw_page_validate(const fw_page_t *page);

@@ -949,6 +949,51 @@ static void t_large(void) {
   }
 }
 
+/* ---- what a live block's first word may hold ------------------------------------
+ * freeway leaves a mark in the first word of every block it hands out and
+ * reads that word on slow frees, in-place reallocs and when a page empties
+ * (docs/hardening.md). Whatever a correct program writes there (zero, one,
+ * pointers, all ones) must never be taken for a freed block. */
+static void *first_word_remote(void *arg) {
+  void **v = arg;
+  for (size_t i = 0; v[i]; i++) A.free(v[i]);
+  return NULL;
+}
+
+static void t_first_word(void) {
+  static const size_t sizes[] = {16, 24, 64, 100, 1000, 1024, 4096, 20000, 65536, 131072};
+  enum { N = 600 };
+  void **v = fwt_scratch((N + 1) * sizeof *v);
+  for (size_t k = 0; k < FWT_COUNT(sizes); k++) {
+    size_t n = sizes[k];
+    for (int how = 0; how < 2; how++) {
+      for (size_t i = 0; i < N; i++) {
+        v[i] = A.malloc(n);
+        CHECK(v[i] != NULL);
+      }
+      v[N] = NULL;
+      for (size_t i = 0; i < N; i++) {
+        uintptr_t w[] = {0, 1, (uintptr_t)v[i], (uintptr_t)v[(i + 1) % N], ~(uintptr_t)0, 8, (uintptr_t)v[i] ^ 8};
+        memcpy(v[i], &w[i % FWT_COUNT(w)], sizeof(uintptr_t));
+      }
+      /* in place: the same size and a little less */
+      for (size_t i = 0; i < N; i += 3) {
+        void *q = A.realloc(v[i], n - (n >= 32 ? 8 : 0));
+        CHECKF(q != NULL, "realloc of a live %zu-byte block returned NULL", n);
+        v[i] = q;
+      }
+      if (how == 0) {
+        for (size_t i = 0; i < N; i++) A.free(v[i]); /* pages empty: their blocks are scanned */
+      } else {
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, first_word_remote, v) == 0);
+        CHECK(pthread_join(t, NULL) == 0);
+      }
+    }
+  }
+  fwt_scratch_free(v, (N + 1) * sizeof *v);
+}
+
 static const fwt_section sections[] = {
   {"zero", t_zero},
   {"small_sizes", t_small_sizes},
@@ -967,6 +1012,7 @@ static const fwt_section sections[] = {
   {"valloc", t_valloc},
   {"mixed", t_mixed},
   {"large", t_large},
+  {"first_word", t_first_word},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
