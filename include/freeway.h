@@ -167,6 +167,16 @@ typedef struct fw_stats_s {
 FW_API int fw_stats_get(fw_stats_t *out);
 /* Writes a human-readable report (stats and options) to fd. */
 FW_API void fw_stats_print(int fd);
+/* The reports of docs/observability.md, on demand: the ledger as JSON
+ * (format "freeway-stats"), the heap map (format "freeway-map"), and the
+ * live blocks of the whole process, grouped by allocation call site in
+ * cautious mode and by block size otherwise, as JSON (format
+ * "freeway-leaks") or as text. Made from a walk of all of freeway's
+ * memory: exact when other threads are not allocating meanwhile. */
+FW_API void fw_stats_print_json(int fd);
+FW_API void fw_heap_map_json(int fd);
+FW_API void fw_leak_report_json(int fd);
+FW_API void fw_leak_report_print(int fd);
 
 /* Option access by name (without the FREEWAY_ prefix, any case). Returns -1
  * and sets errno = EINVAL for an unknown name. */

@@ -65,6 +65,21 @@ void *fw_arena_chunk_addr(const fw_arena_t *a, uint32_t chunk) {
   return fw_arena_base(a) + (size_t)chunk * FW_SEGMENT_SIZE;
 }
 
+void fw_arena_visit(fw_arena_visit_fn *fn, void *arg) {
+  size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+  for (size_t i = 0; i < count; i++) {
+    fw_arena_t *a = fw_arena_at(i);
+    uint8_t *base = fw_arena_base(a);
+    if (!base || atomic_load_explicit(&a->released, memory_order_acquire)) continue;
+    uint64_t inuse[FW_ARENA_WORDS], dirty[FW_ARENA_WORDS];
+    for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
+      inuse[w] = atomic_load_explicit(&a->inuse[w], memory_order_acquire);
+      dirty[w] = atomic_load_explicit(&a->dirty[w], memory_order_relaxed);
+    }
+    fn(base, fw_arena_chunks(a), inuse, dirty, arg);
+  }
+}
+
 static uint64_t fw_word_valid(uint32_t chunks, size_t w) {
   size_t first = w * 64;
   if (first >= chunks) return 0;

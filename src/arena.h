@@ -34,6 +34,12 @@ FW_HIDDEN bool fw_arena_contains(const void *p);
  * space of its own); their table slots are reused by later arenas. */
 FW_HIDDEN size_t fw_arena_release_unused(void);
 FW_HIDDEN void *fw_arena_chunk_addr(const fw_arena_t *arena, uint32_t chunk);
+/* Calls fn for every mapped arena with a snapshot of its chunk bitmaps
+ * (bit i of word i / 64: chunk i), for the reports (survey.c); the state
+ * may have moved on by the time fn looks. */
+typedef void fw_arena_visit_fn(uint8_t *base, uint32_t chunks, const uint64_t *inuse, const uint64_t *dirty,
+                               void *arg);
+FW_HIDDEN void fw_arena_visit(fw_arena_visit_fn *fn, void *arg);
 
 /* ---- marks ---------------------------------------------------------------- */
 FW_HIDDEN void fw_arena_mark(fw_arena_t *arena, uint32_t chunk, uint64_t due);

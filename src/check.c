@@ -408,9 +408,9 @@ static void fw_ring_drop(const void *p) {
 typedef struct {
   char *buf;
   size_t n, cap;
-} fw_out_t;
+} fw_textbuf_t;
 
-__attribute__((format(printf, 2, 3))) static void fw_out(fw_out_t *o, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void fw_out(fw_textbuf_t *o, const char *fmt, ...) {
   if (o->n + 1 >= o->cap) return;
   va_list ap;
   va_start(ap, fmt);
@@ -419,7 +419,7 @@ __attribute__((format(printf, 2, 3))) static void fw_out(fw_out_t *o, const char
   if (r > 0) o->n += (size_t)r < o->cap - o->n ? (size_t)r : o->cap - o->n - 1;
 }
 
-static void fw_out_frames(fw_out_t *o, const uintptr_t *pcs, size_t n) {
+static void fw_out_frames(fw_textbuf_t *o, const uintptr_t *pcs, size_t n) {
   size_t shown = 0;
   for (size_t i = 0; i < n && pcs[i]; i++, shown++) {
     char line[256];
@@ -429,7 +429,7 @@ static void fw_out_frames(fw_out_t *o, const uintptr_t *pcs, size_t n) {
   fw_out(o, "\n");
 }
 
-static void fw_out_thread(fw_out_t *o, uint64_t t) {
+static void fw_out_thread(fw_textbuf_t *o, uint64_t t) {
   if (t) fw_out(o, "thread %#llx", (unsigned long long)t);
   else fw_out(o, "no thread");
 }
@@ -453,7 +453,7 @@ static __attribute__((noreturn)) void fw_report(fw_report_t *r) {
     for (;;) fw_os_sleep_ms(1000);
   }
   static char buf[8192];
-  fw_out_t o = {buf, 0, sizeof buf};
+  fw_textbuf_t o = {buf, 0, sizeof buf};
   fw_out(&o, "freeway: cautious mode: %s: address %p", r->what, r->addr);
   const fw_blk_t *k = r->k;
   if (k) {
@@ -841,6 +841,23 @@ static bool fw_walked_live(const void *block, const uint8_t **user, size_t *size
   if (!k.stable || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE) return false;
   *user = fw_blk_user(&k);
   *size = (size_t)k.t.size;
+  return true;
+}
+
+bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, uintptr_t pcs[4], size_t *npcs) {
+  fw_page_t *pg = fw_ptr_page(block);
+  fw_blk_t k;
+  memset(&k, 0, sizeof k);
+  fw_blk_at(&k, pg, (uint8_t *)block);
+  if (k.fresh) return false;
+  fw_blk_read(&k);
+  if (!k.stable || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE) return false;
+  *user = fw_blk_user(&k);
+  *size = (size_t)k.t.size;
+  size_t n = 0;
+  _Static_assert(FW_CHECK_FRAMES == 4, "the caller's array");
+  for (size_t i = 0; i < FW_CHECK_FRAMES && k.tp->alloc_pc[i]; i++) pcs[n++] = k.tp->alloc_pc[i];
+  *npcs = n;
   return true;
 }
 

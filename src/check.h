@@ -51,6 +51,12 @@ FW_HIDDEN size_t fw_check_usable(const void *p);
 FW_HIDDEN void fw_check_heap_stats(fw_heap_t *heap, fw_heap_stats_t *s);
 FW_HIDDEN void fw_check_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg);
 FW_HIDDEN bool fw_check_heap_contains(const fw_heap_t *heap, const void *p);
+/* Cautious mode: whether the block at block (a block start of a small or
+ * medium page, or a large page's area) is live; if so, the user's pointer,
+ * requested size and up to 4 return addresses of its allocation (innermost
+ * first, *npcs of them). For the leak report. */
+FW_HIDDEN bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, uintptr_t pcs[4],
+                                   size_t *npcs);
 FW_HIDDEN size_t fw_check_heap_usable(const fw_heap_t *heap, const void *p);
 
 #endif

@@ -47,3 +47,35 @@ void fw_warning(const char *fmt, ...) {
   fw_vmessage(fmt, ap);
   va_end(ap);
 }
+
+void fw_out_init(fw_out_t *o, int fd) {
+  o->fd = fd;
+  o->n = 0;
+}
+
+void fw_out_flush(fw_out_t *o) {
+  fw_os_write(o->fd, o->buf, o->n);
+  o->n = 0;
+}
+
+void fw_out_printf(fw_out_t *o, const char *fmt, ...) {
+  for (int pass = 0; pass < 2; pass++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(o->buf + o->n, sizeof o->buf - o->n, fmt, ap);
+    va_end(ap);
+    if (r < 0) return;
+    if ((size_t)r < sizeof o->buf - o->n) {
+      o->n += (size_t)r;
+      return;
+    }
+    /* did not fit: flush and try once more; a piece longer than the
+     * buffer is cut */
+    if (pass == 0 && o->n) {
+      fw_out_flush(o);
+      continue;
+    }
+    o->n = sizeof o->buf - 1;
+    return;
+  }
+}

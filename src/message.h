@@ -11,4 +11,15 @@ FW_HIDDEN int fw_snprintf(char *buf, size_t n, const char *fmt, ...) __attribute
  * of bad calls cannot flood standard error. */
 FW_HIDDEN void fw_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A buffered writer for reports: printf-style pieces gathered on the stack
+ * and written to fd when the buffer fills and at fw_out_flush. */
+typedef struct fw_out_s {
+  int fd;
+  size_t n;
+  char buf[4096];
+} fw_out_t;
+FW_HIDDEN void fw_out_init(fw_out_t *o, int fd);
+FW_HIDDEN void fw_out_printf(fw_out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FW_HIDDEN void fw_out_flush(fw_out_t *o);
+
 #endif

@@ -11,6 +11,7 @@
 
 typedef struct { const char *id; const char *name; long def, lo, hi; const char *doc; } fw_option_desc_t;
 
+#define FW_TEXT_OPTION(id, name, doc)
 #define FW_OPTION(id, name, def, lo, hi, doc) { #id, name, def, lo, hi, doc },
 static const fw_option_desc_t fw_option_descs[FW_OPT_COUNT_] = {
 #include "options.def"
@@ -22,6 +23,23 @@ _Atomic(long) fw_options[FW_OPT_COUNT_] = {
 #include "options.def"
 };
 #undef FW_OPTION
+#undef FW_TEXT_OPTION
+
+#define FW_OPTION(id, name, def, lo, hi, doc)
+#define FW_TEXT_OPTION(id, name, doc) #id,
+static const char *const fw_text_option_ids[FW_TOPT_COUNT_ + 1] = {
+#include "options.def"
+  NULL};
+#undef FW_OPTION
+#undef FW_TEXT_OPTION
+
+/* Copied at start-up: the program may change its environment later. */
+#define FW_TEXT_OPTION_MAX 1024
+static char fw_text_values[FW_TOPT_COUNT_ + 1][FW_TEXT_OPTION_MAX];
+
+const char *fw_text_option(fw_text_option_id_t id) {
+  return fw_text_values[id][0] ? fw_text_values[id] : NULL;
+}
 
 static long fw_option_clamp(int i, long v) {
   if (v < fw_option_descs[i].lo) v = fw_option_descs[i].lo;
@@ -58,6 +76,16 @@ void fw_options_init(void) {
     else
       fw_message("warning: ignoring %s=%s (not a number)\n", var, s);
   }
+  for (int i = 0; i < FW_TOPT_COUNT_; i++) {
+    fw_snprintf(var, sizeof var, "FREEWAY_%s", fw_text_option_ids[i]);
+    const char *s = fw_os_getenv(var);
+    if (!s || !*s) continue;
+    if (strlen(s) >= FW_TEXT_OPTION_MAX) {
+      fw_message("warning: ignoring %s (longer than %d bytes)\n", var, FW_TEXT_OPTION_MAX - 1);
+      continue;
+    }
+    memcpy(fw_text_values[i], s, strlen(s) + 1);
+  }
   fw_cautious = fw_opt(CAUTIOUS) != 0;
   fw_secure = fw_opt(SECURE) != 0 && !fw_cautious;
 }
@@ -91,5 +119,36 @@ void fw_options_print(int fd) {
     int n = fw_snprintf(line, sizeof line, "option FREEWAY_%s=%ld\n", fw_option_descs[i].id,
                          atomic_load_explicit(&fw_options[i], memory_order_relaxed));
     fw_os_write(fd, line, (size_t)n);
+  }
+  for (int i = 0; i < FW_TOPT_COUNT_; i++) {
+    const char *v = fw_text_option((fw_text_option_id_t)i);
+    int n = fw_snprintf(line, sizeof line, "option FREEWAY_%s=%s\n", fw_text_option_ids[i], v ? v : "");
+    fw_os_write(fd, line, (size_t)n);
+  }
+}
+
+void fw_options_print_json(fw_out_t *o) {
+  for (int i = 0; i < FW_OPT_COUNT_; i++)
+    fw_out_printf(o, "%s\"%s\": %ld", i ? ", " : "", fw_option_descs[i].name,
+                  atomic_load_explicit(&fw_options[i], memory_order_relaxed));
+  for (int i = 0; i < FW_TOPT_COUNT_; i++) {
+    /* a path goes out as a JSON string: quotes, backslashes and control
+     * characters escaped */
+    const char *v = fw_text_option((fw_text_option_id_t)i);
+    char id[64];
+    size_t k = 0;
+    for (const char *c = fw_text_option_ids[i]; *c && k + 1 < sizeof id; c++) id[k++] = (char)tolower((unsigned char)*c);
+    id[k] = 0;
+    if (!v) {
+      fw_out_printf(o, ", \"%s\": null", id);
+      continue;
+    }
+    fw_out_printf(o, ", \"%s\": \"", id);
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+      if (*c == '"' || *c == '\\') fw_out_printf(o, "\\%c", *c);
+      else if (*c < 0x20) fw_out_printf(o, "\\u%04x", *c);
+      else fw_out_printf(o, "%c", *c);
+    }
+    fw_out_printf(o, "\"");
   }
 }

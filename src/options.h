@@ -6,14 +6,32 @@
 #include "base.h"
 
 #define FW_OPTION(id, name, def, lo, hi, doc) FW_OPT_##id,
+#define FW_TEXT_OPTION(id, name, doc)
 typedef enum {
 #include "options.def"
   FW_OPT_COUNT_
 } fw_option_id_t;
 #undef FW_OPTION
+#undef FW_TEXT_OPTION
+/* The options whose value is text (a path), unset by default. */
+#define FW_OPTION(id, name, def, lo, hi, doc)
+#define FW_TEXT_OPTION(id, name, doc) FW_TOPT_##id,
+typedef enum {
+#include "options.def"
+  FW_TOPT_COUNT_
+} fw_text_option_id_t;
+#undef FW_OPTION
+#undef FW_TEXT_OPTION
+/* The value of a text option, read from the environment at start-up; NULL
+ * when unset. */
+FW_HIDDEN const char *fw_text_option(fw_text_option_id_t id);
+#define fw_topt(id) fw_text_option(FW_TOPT_##id)
 FW_HIDDEN extern _Atomic(long) fw_options[FW_OPT_COUNT_];
 FW_HIDDEN void fw_options_init(void);
 FW_HIDDEN void fw_options_print(int fd);
+/* The options in effect as the members of a JSON object ("name": value). */
+struct fw_out_s;
+FW_HIDDEN void fw_options_print_json(struct fw_out_s *o);
 #define fw_opt(id) atomic_load_explicit(&fw_options[FW_OPT_##id], memory_order_relaxed)
 /* FREEWAY_THP's values */
 enum { FW_THP_NEVER = 0, FW_THP_ALWAYS = 1, FW_THP_AUTO = 2 };

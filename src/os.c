@@ -173,6 +173,35 @@ const char *fw_os_getenv(const char *name) { return getenv(name); }
 
 void fw_os_abort(void) { abort(); }
 
+int fw_os_create(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }
+
+void fw_os_close(int fd) { close(fd); }
+
+size_t fw_os_rss(void) {
+  /* statm: size resident shared ... in pages; read with plain system calls,
+   * as stdio would allocate */
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *s = buf;
+  while (*s && *s != ' ') s++;
+  size_t pages = 0;
+  for (s++; *s >= '0' && *s <= '9'; s++) pages = pages * 10 + (size_t)(*s - '0');
+  return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+long fw_os_pid(void) { return (long)getpid(); }
+
+uint64_t fw_os_time_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* ---- call stacks -------------------------------------------------------------- */
 typedef struct {
   uintptr_t *pcs;

@@ -91,6 +91,17 @@ FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
 FW_HIDDEN const char *fw_os_getenv(const char *name);
 FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
 
+/* ---- reports (docs/observability.md) -----------------------------------------
+ * fw_os_create opens path for writing, created or truncated (mode 0644);
+ * -1 on failure, with errno. fw_os_rss: the process's resident memory in
+ * bytes, 0 where the platform does not tell. fw_os_time_ms: wall-clock
+ * time (ms since 1970), for time stamps, not for measuring. */
+FW_HIDDEN int fw_os_create(const char *path);
+FW_HIDDEN void fw_os_close(int fd);
+FW_HIDDEN size_t fw_os_rss(void);
+FW_HIDDEN long fw_os_pid(void);
+FW_HIDDEN uint64_t fw_os_time_ms(void);
+
 /* ---- call stacks and faults (cautious mode's reports) ---------------------
  * fw_os_backtrace fills pcs with return addresses of the calling thread's
  * stack, outermost last, read with the unwinder (no frame pointers needed);

@@ -466,11 +466,22 @@ void fw_page_check_empty(const fw_page_t *page) {
    * walk of the lists: its loads do not wait on each other. */
   const uint8_t *area = page->area;
   size_t bs = page->block_size, n = page->capacity, live = n;
-  for (size_t i = 0; i < n; i++)
-    if (fw_unlikely(!fw_link_looks_free((const fw_block_t *)(area + i * bs)))) {
-      live = i;
-      break;
-    }
+  const uintptr_t inv = fw_list_key_inv, mask = ~(uintptr_t)FW_SEGMENT_MASK | 7;
+  /* four blocks a test; a group that fails (a list's last block, whose
+   * link leads to fw_list_end, or a live block) is looked at one by one */
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uint8_t *b = area + i * bs;
+    uintptr_t bad = ((((const fw_block_t *)b)->link * inv - 8) | (((const fw_block_t *)(b + bs))->link * inv - 8) |
+                     (((const fw_block_t *)(b + 2 * bs))->link * inv - 8) |
+                     (((const fw_block_t *)(b + 3 * bs))->link * inv - 8)) & mask;
+    if (fw_likely(bad == 0)) continue;
+    for (size_t j = i; j < i + 4 && live == n; j++)
+      if (!fw_link_looks_free((const fw_block_t *)(area + j * bs))) live = j;
+    if (live != n) break;
+  }
+  for (; i < n && live == n; i++)
+    if (!fw_link_looks_free((const fw_block_t *)(area + i * bs))) live = i;
   if (fw_likely(live == n)) return;
   /* The block freed twice is the one its list reaches twice, if the list
    * has a cycle; the live block is what the page would lose. */

@@ -128,6 +128,7 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
   *is_zero = true;
   fw_stat_add(reserved, bytes);
   fw_stat_add(committed, bytes);
+  fw_stat_add(direct, bytes);
   fw_stat_add(huge, 1);
   return mem;
 }
@@ -242,6 +243,7 @@ static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   if (seg->direct) {
     fw_stat_sub(reserved, seg->size);
     fw_stat_sub(committed, seg->size);
+    fw_stat_sub(direct, seg->size);
     fw_stat_sub(huge, 1);
     fw_os_unmap(seg, seg->size);
   } else if (seg->kind == FW_KIND_LARGE && !purge_now) {
@@ -458,6 +460,7 @@ bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
   if (seg->direct) {
     fw_stat_sub(reserved, tail * FW_SEGMENT_SIZE);
     fw_stat_sub(committed, tail * FW_SEGMENT_SIZE);
+    fw_stat_sub(direct, tail * FW_SEGMENT_SIZE);
     fw_os_unmap((uint8_t *)seg + n * FW_SEGMENT_SIZE, tail * FW_SEGMENT_SIZE);
   } else {
     fw_arena_free_large(seg->arena, seg->chunk + (uint32_t)n, tail);

@@ -1,5 +1,6 @@
 /* stats.c — process-wide counters (stats.def) and their report. Counters are
- * relaxed atomics touched only on slow paths. */
+ * relaxed atomics touched only on slow paths. The reports built on them and on
+ * a walk of the heap are in survey.c. */
 #include "stats.h"
 #include "options.h"
 #include "message.h"
@@ -31,23 +32,6 @@ int fw_stats_get(fw_stats_t *out) {
   memcpy(out, &s, n);
   out->size = n;
   return 0;
-}
-
-void fw_stats_print(int fd) {
-  char buf[1024];
-  int n = fw_snprintf(buf, sizeof buf,
-      "freeway %s statistics\n"
-      "  reserved   %12zu bytes\n"
-      "  committed  %12zu bytes (upper bound of resident memory)\n"
-      "  purged     %12zu bytes returned to the OS so far\n"
-      "  segments   %12zu live, %zu abandoned\n"
-      "  threads    %12zu live, %zu ever\n"
-      "  heaps      %12zu\n"
-      "  huge       %12zu blocks in own mappings\n",
-      fw_version_string(), LOAD(reserved), LOAD(committed), LOAD(purged), LOAD(segments),
-      LOAD(abandoned), LOAD(threads), LOAD(threads_total), LOAD(heaps), LOAD(huge));
-  fw_os_write(fd, buf, (size_t)n);
-  fw_options_print(fd);
 }
 
 const char *fw_version_string(void) {

@@ -7,6 +7,7 @@
  * down again at once (slow, but only in a dying thread). See alloc.c. */
 #define _GNU_SOURCE
 #include "thread.h"
+#include "survey.h"
 #include "front.h"
 #include "heap.h"
 #include "abandon.h"
@@ -173,6 +174,5 @@ __attribute__((constructor)) static void fw_constructor(void) {
 }
 
 __attribute__((destructor)) static void fw_destructor(void) {
-  if (fw_opt(LEAK_REPORT)) fw_leak_report();
-  if (fw_opt(SHOW_STATS)) fw_stats_print(2);
+  fw_survey_at_exit();
 }

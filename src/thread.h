@@ -18,7 +18,5 @@ FW_HIDDEN void *fw_thread_alloc(int op, void *p, size_t size, size_t align);
 FW_HIDDEN fw_heap_t *fw_thread_heap(void);
 /* Frees blocks that remote frees left on recycled heap structs. */
 FW_HIDDEN void fw_thread_free_late(void);
-/* Reports at exit (report.c). */
-FW_HIDDEN void fw_leak_report(void);
 
 #endif

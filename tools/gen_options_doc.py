@@ -181,23 +181,32 @@ def parse_def(text, filename):
     i = 0
     while i < len(tokens):
         kind, value, line = tokens[i]
-        if kind != "ident" or value != "FW_OPTION":
-            raise DefError("%s:%d: expected FW_OPTION(...), found: %s" % (filename, line, value))
+        if kind != "ident" or value not in ("FW_OPTION", "FW_TEXT_OPTION"):
+            raise DefError("%s:%d: expected FW_OPTION(...) or FW_TEXT_OPTION(...), found: %s"
+                           % (filename, line, value))
         if i + 1 >= len(tokens) or tokens[i + 1][1] != "(":
-            raise DefError("%s:%d: FW_OPTION without '('" % (filename, line))
+            raise DefError("%s:%d: %s without '('" % (filename, line, value))
         args, i = split_args(tokens, i + 1, filename)
-        if len(args) != 6:
+        if value == "FW_TEXT_OPTION":
+            # FW_TEXT_OPTION(ID, name, doc): a text value (a path), unset by default
+            if len(args) != 3:
+                raise DefError("%s:%d: FW_TEXT_OPTION takes 3 arguments (ID, name, doc), found %d"
+                               % (filename, line, len(args)))
+            args = [args[0], args[1], None, None, None, args[2]]
+        elif len(args) != 6:
             raise DefError("%s:%d: FW_OPTION takes 6 arguments (ID, name, default, min, max, doc), found %d"
                            % (filename, line, len(args)))
         ident = args[0]
         if len(ident) != 1 or ident[0][0] != "ident":
             raise DefError("%s:%d: the first argument of FW_OPTION must be an identifier" % (filename, line))
+        text = args[2] is None
         row = {
             "id": ident[0][1],
             "name": concat_strings(args[1], "name", filename, line),
-            "default": eval_integer(args[2], "default", filename, line),
-            "min": eval_integer(args[3], "min", filename, line),
-            "max": eval_integer(args[4], "max", filename, line),
+            "text": text,
+            "default": 0 if text else eval_integer(args[2], "default", filename, line),
+            "min": 0 if text else eval_integer(args[3], "min", filename, line),
+            "max": 0 if text else eval_integer(args[4], "max", filename, line),
             "line": line,
         }
         doc = concat_strings(args[5], "doc", filename, line)
@@ -250,7 +259,8 @@ Every tunable of freeway is one row of [`src/options.def`](../src/options.def).
 first); changing the environment later has no effect. An unset or empty
 variable leaves the default. The value is a decimal integer (surrounding white
 space and a sign allowed) or exactly one of the words `on`, `true`, `yes` (1)
-and `off`, `false`, `no` (0), in any case but without white space.
+and `off`, `false`, `no` (0), in any case but without white space; the options
+whose range says "a path" take the text as it is (up to 1023 bytes).
 
 - A value that is neither (for example `10ms`, `0x10`, or `on` followed by a
   space) is ignored: the option keeps its default and `freeway: warning:
@@ -285,6 +295,9 @@ def render(rows):
         # promises to be the ID in lower case.
         if r["name"].lower() != r["id"].lower():
             var += " (also `%s`)" % cell(r["name"])
+        if r["text"]:
+            out.append("| %s | unset | a path | %s | %s |" % (var, r["when"], cell(r["doc"])))
+            continue
         out.append("| %s | %d | %s | %s | %s |" % (
             var, r["default"], fmt_range(r["min"], r["max"]), r["when"], cell(r["doc"])))
     return "\n".join(out) + "\n"

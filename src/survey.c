@@ -1,0 +1,571 @@
+/* survey.c — where the memory goes: one walk over every arena, segment and
+ * page of the process, and the three reports made from it
+ * (docs/observability.md).
+ *
+ * The walk starts from the arenas' bitmaps, not from the threads' heaps, so
+ * that it sees everything: pages of every thread, segments of exited
+ * threads waiting to be adopted, empty segments kept for reuse and chunks
+ * waiting for their purge. It reads other threads' page descriptors
+ * without a lock, so a report made while other threads allocate is a
+ * snapshot whose parts may be a moment apart; at exit, or with the other
+ * threads quiet, it is exact.
+ *
+ * The ledger splits what freeway counts as committed (stats.c:
+ * fw_stat_committed, the upper bound of its resident memory) into lines
+ * that add up to it: live blocks, free blocks, page space not carved yet,
+ * page tails, segment headers, free slots and chunks not purged yet, the
+ * large-block cache, metadata and the own mappings of huge blocks. Every
+ * line is computed from the walk but the last two, which have counters of
+ * their own; the ledger's "unaccounted" line is what the walk could not
+ * explain, zero when nothing moved during the walk.
+ *
+ * Nothing here allocates from the heap it reports on: buffers are on the
+ * stack or mapped from the OS (the leak report's table of call sites). */
+#include "survey.h"
+#include "arena.h"
+#include "segment.h"
+#include "page.h"
+#include "heap.h"
+#include "check.h"
+#include "message.h"
+#include "options.h"
+#include "stats.h"
+#include "os.h"
+#include <string.h>
+
+/* ---- the walk ---------------------------------------------------------------- */
+
+enum {
+  FW_L_LIVE,        /* block space of live blocks */
+  FW_L_FREE,        /* carved blocks on free lists */
+  FW_L_UNCARVED,    /* page space for blocks not carved yet */
+  FW_L_TAIL,        /* page ends too small for one more block */
+  FW_L_LARGE_LIVE,  /* live large blocks */
+  FW_L_LARGE_TAIL,  /* what a large block's slices hold beyond its size */
+  FW_L_LCACHE,      /* freed large blocks kept for reuse */
+  FW_L_HEADERS,     /* segment headers and page descriptors */
+  FW_L_FREE_SLOTS,  /* free page slots whose memory is not purged yet */
+  FW_L_FREE_CHUNKS, /* free arena chunks whose memory is not purged yet */
+  FW_L_DIRECT,      /* huge blocks in mappings of their own */
+  FW_L_META,        /* thread and heap data, arena tables */
+  FW_L_COUNT
+};
+
+static const char *const fw_ledger_names[FW_L_COUNT] = {
+    "live blocks",           "free blocks in pages",  "page space not carved yet", "page tails",
+    "live large blocks",     "large blocks' tails",   "large-block cache",         "segment headers",
+    "free page slots",       "free segment memory",   "huge blocks' mappings",     "metadata",
+};
+static const char *const fw_ledger_notes[FW_L_COUNT] = {
+    "the block sizes of blocks in use (the requests they serve are at most this)",
+    "blocks handed out before and freed, or carved and not handed out yet",
+    "the rest of each page, carved into blocks as they are needed",
+    "the end of each page, too small for one more block",
+    "blocks above 128 KiB",
+    "the slices a large block spans beyond its size",
+    "freed large blocks kept for the next request of their size (FREEWAY_LARGE_CACHE)",
+    "each segment's header and page descriptors",
+    "pages given back to their segment, memory not yet returned to the OS (FREEWAY_PURGE_DELAY)",
+    "segments given back, memory not yet returned to the OS (FREEWAY_PURGE_DELAY)",
+    "blocks too big for a segment, each in a mapping of its own",
+    "thread and heap data, the arena table",
+};
+
+typedef struct {
+  size_t pages, blocks, live_blocks, live_bytes;
+} fw_class_tally_t;
+
+typedef struct fw_survey_s fw_survey_t;
+/* Called for every page in use (the map and the leak report look closer). */
+typedef void fw_survey_page_fn(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_t *pg, size_t slice);
+
+struct fw_survey_s {
+  size_t line[FW_L_COUNT];
+  size_t segments, arenas;
+  fw_class_tally_t cls[FW_CLASS_LARGE + 1];
+  fw_survey_page_fn *page_fn;
+  void (*segment_fn)(fw_survey_t *sv, const fw_segment_t *seg);
+  void (*segment_end_fn)(fw_survey_t *sv);
+  void *arg;
+};
+
+static size_t fw_slot_size(const fw_segment_t *seg) { return (size_t)seg->page_slices * FW_SLICE_SIZE; }
+
+/* The bytes of [slice, slice + n) that are not the segment's header. */
+static size_t fw_slices_bytes(size_t slice, size_t n) {
+  size_t lo = slice * FW_SLICE_SIZE, hi = (slice + n) * FW_SLICE_SIZE;
+  if (lo < FW_SEGMENT_HEADER) lo = FW_SEGMENT_HEADER;
+  return hi > lo ? hi - lo : 0;
+}
+
+static void fw_survey_large(fw_survey_t *sv, const fw_page_t *pg, size_t mem) {
+  fw_class_tally_t *t = &sv->cls[FW_CLASS_LARGE];
+  if (pg->used) {
+    size_t bs = pg->block_size < mem ? pg->block_size : mem;
+    sv->line[FW_L_LARGE_LIVE] += bs;
+    sv->line[FW_L_LARGE_TAIL] += mem - bs;
+    t->pages++;
+    t->blocks++;
+    t->live_blocks++;
+    t->live_bytes += bs;
+  } else {
+    sv->line[FW_L_LCACHE] += mem;
+  }
+}
+
+static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
+  sv->segments++;
+  sv->line[FW_L_HEADERS] += FW_SEGMENT_HEADER;
+  if (sv->segment_fn) sv->segment_fn(sv, seg);
+  if (seg->kind == FW_KIND_LARGE) {
+    const fw_page_t *pg = &seg->pages[0];
+    fw_survey_large(sv, pg, seg->size - FW_SEGMENT_HEADER);
+    if (sv->page_fn) sv->page_fn(sv, seg, pg, 0);
+  } else {
+    size_t ps = seg->page_slices, slot = fw_slot_size(seg);
+    for (size_t s = 0; s < seg->pages_total; s++) {
+      uint64_t bit = (uint64_t)1 << s;
+      size_t slice = s * ps;
+      const fw_page_t *pg = &seg->pages[slice];
+      if (seg->free_mask & bit) {
+        if (!(seg->purged_mask & bit)) sv->line[FW_L_FREE_SLOTS] += fw_slices_bytes(slice, ps);
+        continue;
+      }
+      if (pg->flags & FW_PF_REDIRECT) continue; /* a later slot of a span's page */
+      if (pg->kind == FW_KIND_LARGE) {
+        size_t n = pg->slices ? pg->slices : 1;
+        fw_survey_large(sv, pg, fw_slices_bytes(slice, n));
+        if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
+        continue;
+      }
+      size_t mem = fw_slices_bytes(slice, ps), bs = pg->block_size;
+      size_t live = fw_page_live(pg), cap = pg->capacity, res = pg->reserved;
+      if (live > cap) live = cap;
+      sv->line[FW_L_LIVE] += live * bs;
+      sv->line[FW_L_FREE] += (cap - live) * bs;
+      sv->line[FW_L_UNCARVED] += (res - cap) * bs;
+      sv->line[FW_L_TAIL] += mem > res * bs ? mem - res * bs : 0;
+      fw_class_tally_t *t = &sv->cls[pg->cls <= FW_CLASS_LARGE ? pg->cls : 0];
+      t->pages++;
+      t->blocks += cap;
+      t->live_blocks += live;
+      t->live_bytes += live * bs;
+      if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
+    }
+    (void)slot;
+  }
+  if (sv->segment_end_fn) sv->segment_end_fn(sv);
+}
+
+static void fw_survey_arena(uint8_t *base, uint32_t chunks, const uint64_t *inuse, const uint64_t *dirty,
+                            void *arg) {
+  fw_survey_t *sv = arg;
+  sv->arenas++;
+  for (uint32_t c = 0; c < chunks; c++) {
+    bool used = (inuse[c / 64] >> (c % 64)) & 1;
+    if (!used) {
+      if ((dirty[c / 64] >> (c % 64)) & 1) sv->line[FW_L_FREE_CHUNKS] += FW_SEGMENT_SIZE;
+      continue;
+    }
+    const fw_segment_t *seg = (const fw_segment_t *)(base + (size_t)c * FW_SEGMENT_SIZE);
+    /* a chunk in use is a segment's first (its header is ours) or a later
+     * chunk of a large block's segment, which its first chunk accounts for */
+    if (seg->cookie != fw_segment_cookie(seg) || seg->direct) continue;
+    fw_survey_segment(sv, seg);
+  }
+}
+
+static void fw_survey_run(fw_survey_t *sv) {
+  sv->line[FW_L_DIRECT] = atomic_load_explicit(&fw_stat_direct, memory_order_relaxed);
+  sv->line[FW_L_META] = atomic_load_explicit(&fw_stat_meta, memory_order_relaxed);
+  fw_arena_visit(fw_survey_arena, sv);
+}
+
+static size_t fw_survey_total(const fw_survey_t *sv) {
+  size_t t = 0;
+  for (int i = 0; i < FW_L_COUNT; i++) t += sv->line[i];
+  return t;
+}
+
+/* ---- the ledger ---------------------------------------------------------------- */
+
+static void fw_json_head(fw_out_t *o, const char *format) {
+  fw_out_printf(o, "{\"format\": \"%s\", \"version\": 1, \"freeway\": \"%s\", \"pid\": %ld, \"time_ms\": %llu", format,
+                fw_version_string(), fw_os_pid(), (unsigned long long)fw_os_time_ms());
+}
+
+#define FW_LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
+
+void fw_stats_print_json(int fd) {
+  fw_survey_t sv;
+  memset(&sv, 0, sizeof sv);
+  fw_survey_run(&sv);
+  size_t committed = FW_LOAD(committed), total = fw_survey_total(&sv);
+  fw_out_t o;
+  fw_out_init(&o, fd);
+  fw_json_head(&o, "freeway-stats");
+  fw_out_printf(&o,
+                ",\n \"process\": {\"rss\": %zu, \"reserved\": %zu, \"committed\": %zu, \"purged_total\": %zu, "
+                "\"segments\": %zu, \"segments_abandoned\": %zu, \"threads\": %zu, \"threads_total\": %zu, "
+                "\"heaps\": %zu, \"huge_blocks\": %zu, \"arenas\": %zu},\n \"ledger\": [",
+                fw_os_rss(), FW_LOAD(reserved), committed, FW_LOAD(purged), FW_LOAD(segments), FW_LOAD(abandoned),
+                FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge), sv.arenas);
+  for (int i = 0; i < FW_L_COUNT; i++)
+    fw_out_printf(&o, "%s\n  {\"line\": \"%s\", \"bytes\": %zu, \"note\": \"%s\"}", i ? "," : "", fw_ledger_names[i],
+                  sv.line[i], fw_ledger_notes[i]);
+  /* what the walk could not explain (signed: the walk may also see more) */
+  fw_out_printf(&o, ",\n  {\"line\": \"unaccounted\", \"bytes\": %lld, \"note\": \"%s\"}\n ],\n \"classes\": [",
+                (long long)committed - (long long)total,
+                "committed memory the walk did not find, or found twice: other threads changed the heap while "
+                "it ran");
+  bool first = true;
+  for (size_t c = 1; c <= FW_CLASS_LARGE; c++) {
+    const fw_class_tally_t *t = &sv.cls[c];
+    if (!t->pages) continue;
+    fw_out_printf(&o, "%s\n  {\"block_size\": %zu, \"pages\": %zu, \"blocks\": %zu, \"live_blocks\": %zu, "
+                  "\"live_bytes\": %zu}",
+                  first ? "" : ",", c == FW_CLASS_LARGE ? (size_t)0 : (size_t)fw_class_size[c], t->pages, t->blocks,
+                  t->live_blocks, t->live_bytes);
+    first = false;
+  }
+  fw_out_printf(&o, "\n ],\n \"options\": {");
+  fw_options_print_json(&o);
+  fw_out_printf(&o, "}\n}\n");
+  fw_out_flush(&o);
+}
+
+static void fw_size_text(char *buf, size_t n, size_t bytes) {
+  if (bytes >= ((size_t)10 << 30)) fw_snprintf(buf, n, "%zu GiB", bytes >> 30);
+  else if (bytes >= ((size_t)10 << 20)) fw_snprintf(buf, n, "%zu MiB", bytes >> 20);
+  else if (bytes >= ((size_t)10 << 10)) fw_snprintf(buf, n, "%zu KiB", bytes >> 10);
+  else fw_snprintf(buf, n, "%zu B", bytes);
+}
+
+void fw_stats_print(int fd) {
+  fw_survey_t sv;
+  memset(&sv, 0, sizeof sv);
+  fw_survey_run(&sv);
+  size_t committed = FW_LOAD(committed), total = fw_survey_total(&sv), rss = fw_os_rss();
+  fw_out_t o;
+  fw_out_init(&o, fd);
+  char a[32], b[32];
+  fw_out_printf(&o, "freeway %s: where the memory goes (bytes)\n", fw_version_string());
+  for (int i = 0; i < FW_L_COUNT; i++) {
+    if (!sv.line[i]) continue;
+    fw_size_text(a, sizeof a, sv.line[i]);
+    fw_out_printf(&o, "  %-28s %14zu  %9s\n", fw_ledger_names[i], sv.line[i], a);
+  }
+  long long other = (long long)committed - (long long)total;
+  if (other) fw_out_printf(&o, "  %-28s %14lld  (changed during the walk)\n", "unaccounted", other);
+  fw_size_text(a, sizeof a, committed);
+  fw_out_printf(&o, "  %-28s %14zu  %9s\n", "= committed", committed, a);
+  fw_size_text(b, sizeof b, rss);
+  fw_out_printf(&o, "  %-28s %14zu  %9s  (the whole process, from the OS)\n", "resident", rss, b);
+  fw_out_printf(&o, "  reserved %zu, purged so far %zu; segments %zu (%zu abandoned), arenas %zu; threads %zu "
+                "live, %zu ever; heaps %zu; huge blocks %zu\n",
+                FW_LOAD(reserved), FW_LOAD(purged), FW_LOAD(segments), FW_LOAD(abandoned), sv.arenas,
+                FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge));
+  fw_out_printf(&o, "  %10s %8s %12s %12s %14s %6s\n", "block size", "pages", "blocks", "live", "live bytes", "fill");
+  for (size_t c = 1; c <= FW_CLASS_LARGE; c++) {
+    const fw_class_tally_t *t = &sv.cls[c];
+    if (!t->pages) continue;
+    if (c == FW_CLASS_LARGE) fw_snprintf(a, sizeof a, "large");
+    else fw_snprintf(a, sizeof a, "%u", (unsigned)fw_class_size[c]);
+    fw_out_printf(&o, "  %10s %8zu %12zu %12zu %14zu %5zu%%\n", a, t->pages, t->blocks, t->live_blocks,
+                  t->live_bytes, t->blocks ? t->live_blocks * 100 / t->blocks : 0);
+  }
+  fw_out_flush(&o);
+  fw_options_print(fd);
+}
+
+/* ---- the heap map --------------------------------------------------------------- */
+
+typedef struct {
+  fw_out_t *o;
+  bool first_seg, first_slice;
+  size_t next_slice; /* the first slice the segment's slice runs have not covered */
+  const fw_segment_t *seg;
+} fw_map_ctx_t;
+
+static const char *fw_kind_name(int kind) {
+  switch (kind) {
+  case FW_KIND_SMALL: return "small";
+  case FW_KIND_MEDIUM: return "medium";
+  case FW_KIND_SPAN: return "span";
+  default: return "large";
+  }
+}
+
+static void fw_map_run(fw_map_ctx_t *m, size_t index, size_t count, const char *state) {
+  fw_out_printf(m->o, "%s\n    {\"index\": %zu, \"count\": %zu, \"state\": \"%s\"}", m->first_slice ? "" : ",", index,
+                count, state);
+  m->first_slice = false;
+}
+
+/* The slices from m->next_slice up to (not including) upto that are not a
+ * page: free or purged runs, by the segment's masks. */
+static void fw_map_gap(fw_map_ctx_t *m, size_t upto) {
+  const fw_segment_t *seg = m->seg;
+  size_t ps = seg->page_slices ? seg->page_slices : 1;
+  while (m->next_slice < upto) {
+    size_t s = m->next_slice / ps;
+    bool purged = (seg->purged_mask >> s) & 1;
+    size_t n = 0;
+    while (m->next_slice + n < upto && ((seg->purged_mask >> ((m->next_slice + n) / ps)) & 1) == purged) n++;
+    fw_map_run(m, m->next_slice, n, purged ? "purged" : "free");
+    m->next_slice += n;
+  }
+}
+
+static void fw_map_segment(fw_survey_t *sv, const fw_segment_t *seg) {
+  fw_map_ctx_t *m = sv->arg;
+  fw_out_printf(m->o,
+                "%s\n  {\"start\": \"%p\", \"size\": %zu, \"kind\": \"%s\", \"owner\": \"%#lx\", \"abandoned\": %s, "
+                "\"huge_pages\": %s, \"slices\": [",
+                m->first_seg ? "" : ",", (const void *)seg, seg->size, fw_kind_name(seg->kind),
+                (unsigned long)atomic_load_explicit(&((fw_segment_t *)seg)->thread_id, memory_order_relaxed),
+                seg->tld ? "false" : "true", seg->huge ? "true" : "false");
+  m->first_seg = false;
+  m->first_slice = true;
+  m->next_slice = 0;
+  m->seg = seg;
+}
+
+static void fw_map_page(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_t *pg, size_t slice) {
+  fw_map_ctx_t *m = sv->arg;
+  fw_map_gap(m, slice);
+  size_t n = seg->kind == FW_KIND_LARGE  ? seg->size / FW_SLICE_SIZE
+             : seg->kind == FW_KIND_SPAN ? (pg->slices ? pg->slices : 1)
+                                         : seg->page_slices;
+  bool large = pg->kind == FW_KIND_LARGE;
+  size_t live = large ? (pg->used ? 1 : 0) : fw_page_live(pg);
+  fw_out_printf(m->o,
+                "%s\n    {\"index\": %zu, \"count\": %zu, \"state\": \"%s\", \"block_size\": %zu, \"capacity\": %u, "
+                "\"used\": %zu, \"reserved\": %u}",
+                m->first_slice ? "" : ",", slice, n, large && !pg->used ? "cached" : "page", pg->block_size,
+                large ? 1u : pg->capacity, live, large ? 1u : pg->reserved);
+  m->first_slice = false;
+  m->next_slice = slice + n;
+}
+
+static void fw_map_segment_end(fw_survey_t *sv) {
+  fw_map_ctx_t *m = sv->arg;
+  if (m->seg->kind != FW_KIND_LARGE) fw_map_gap(m, FW_SLICES);
+  fw_out_printf(m->o, "]}");
+}
+
+static void fw_map_arena(uint8_t *base, uint32_t chunks, const uint64_t *inuse, const uint64_t *dirty, void *arg) {
+  fw_map_ctx_t *m = arg;
+  (void)inuse;
+  (void)dirty;
+  fw_out_printf(m->o, "%s\n  {\"start\": \"%p\", \"size\": %zu}", m->first_seg ? "" : ",", (void *)base,
+                (size_t)chunks * FW_SEGMENT_SIZE);
+  m->first_seg = false;
+}
+
+void fw_heap_map_json(int fd) {
+  fw_out_t o;
+  fw_out_init(&o, fd);
+  fw_map_ctx_t m = {&o, true, true, 0, NULL};
+  fw_json_head(&o, "freeway-map");
+  fw_out_printf(&o, ",\n \"segment_size\": %zu, \"slice_size\": %zu, \"arenas\": [", (size_t)FW_SEGMENT_SIZE,
+                (size_t)FW_SLICE_SIZE);
+  fw_arena_visit(fw_map_arena, &m);
+  fw_out_printf(&o, "\n ],\n \"segments\": [");
+  fw_survey_t sv;
+  memset(&sv, 0, sizeof sv);
+  m.first_seg = true;
+  sv.segment_fn = fw_map_segment;
+  sv.page_fn = fw_map_page;
+  sv.segment_end_fn = fw_map_segment_end;
+  sv.arg = &m;
+  fw_arena_visit(fw_survey_arena, &sv);
+  fw_out_printf(&o, "\n ],\n \"huge\": {\"blocks\": %zu, \"bytes\": %zu}\n}\n", FW_LOAD(huge), FW_LOAD(direct));
+  fw_out_flush(&o);
+}
+
+/* ---- the leak report ----------------------------------------------------------- *
+ * Every live block of the process, grouped by allocation call site in
+ * cautious mode (each block's trailer holds its site), by block size
+ * otherwise. A block is live when it is on no free list: in the default
+ * mode, when its first word is not a list link (page.h: the taken mark or
+ * the program's data); blocks another thread freed into a full page and
+ * its owner has not collected yet still count as live there. */
+
+#define FW_SITES_MAX 4096
+typedef struct {
+  uintptr_t pcs[4];
+  size_t npcs, key, blocks, bytes;
+} fw_site_t;
+
+typedef struct {
+  fw_site_t *sites;
+  size_t nsites, blocks, bytes, dropped;
+  bool exact;
+} fw_leaks_t;
+
+static uint64_t fw_site_hash(size_t key, const uintptr_t *pcs, size_t n) {
+  uint64_t h = (uint64_t)key * 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < n; i++) h = (h ^ pcs[i]) * 0x100000001b3u;
+  return h ^ (h >> 29);
+}
+
+static void fw_leak_add(fw_leaks_t *lk, size_t key, const uintptr_t *pcs, size_t n, size_t bytes) {
+  lk->blocks++;
+  lk->bytes += bytes;
+  if (!lk->sites) {
+    lk->dropped++;
+    return;
+  }
+  for (size_t i = fw_site_hash(key, pcs, n) % FW_SITES_MAX, probes = 0; probes < FW_SITES_MAX;
+       i = (i + 1) % FW_SITES_MAX, probes++) {
+    fw_site_t *st = &lk->sites[i];
+    if (st->blocks == 0) {
+      st->key = key;
+      st->npcs = n;
+      memcpy(st->pcs, pcs, n * sizeof *pcs);
+      lk->nsites++;
+    } else if (st->key != key || st->npcs != n || memcmp(st->pcs, pcs, n * sizeof *pcs) != 0) {
+      continue;
+    }
+    st->blocks++;
+    st->bytes += bytes;
+    return;
+  }
+  lk->dropped++; /* the table is full: counted in the totals only */
+}
+
+static void fw_leak_page(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_t *pg, size_t slice) {
+  fw_leaks_t *lk = sv->arg;
+  uintptr_t pcs[4] = {0, 0, 0, 0};
+  size_t n = 0, size;
+  const uint8_t *user;
+  (void)seg;
+  (void)slice;
+  if (pg->kind == FW_KIND_LARGE) {
+    if (!pg->used || (atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED))
+      return;
+    if (!lk->exact) fw_leak_add(lk, pg->block_size, pcs, 0, pg->block_size);
+    else if (fw_check_block_live(pg->area, &user, &size, pcs, &n)) fw_leak_add(lk, 0, pcs, n, size);
+    return;
+  }
+  if (fw_page_live(pg) == 0) return;
+  for (size_t i = 0; i < pg->capacity; i++) {
+    const fw_block_t *b = (const fw_block_t *)(pg->area + i * pg->block_size);
+    if (!lk->exact) {
+      if (!fw_link_looks_free(b)) fw_leak_add(lk, pg->block_size, pcs, 0, pg->block_size);
+    } else if (fw_check_block_live(b, &user, &size, pcs, &n)) {
+      fw_leak_add(lk, 0, pcs, n, size);
+    }
+  }
+}
+
+static void fw_leaks_collect(fw_leaks_t *lk) {
+  memset(lk, 0, sizeof *lk);
+  lk->exact = fw_cautious;
+  lk->sites = fw_os_map(FW_SITES_MAX * sizeof(fw_site_t), 0, 0);
+  fw_survey_t sv;
+  memset(&sv, 0, sizeof sv);
+  sv.page_fn = fw_leak_page;
+  sv.arg = lk;
+  fw_arena_visit(fw_survey_arena, &sv);
+  if (!lk->sites) return;
+  /* the sites in use to the front, largest first (a shell sort: no
+   * allocation, and run once) */
+  size_t n = 0;
+  for (size_t i = 0; i < FW_SITES_MAX; i++)
+    if (lk->sites[i].blocks) lk->sites[n++] = lk->sites[i];
+  static const size_t gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+  for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++)
+    for (size_t i = gaps[g]; i < n; i++) {
+      fw_site_t t = lk->sites[i];
+      size_t j = i;
+      for (; j >= gaps[g] && lk->sites[j - gaps[g]].bytes < t.bytes; j -= gaps[g]) lk->sites[j] = lk->sites[j - gaps[g]];
+      lk->sites[j] = t;
+    }
+  lk->nsites = n;
+}
+
+static void fw_leaks_release(fw_leaks_t *lk) {
+  if (lk->sites) fw_os_unmap(lk->sites, FW_SITES_MAX * sizeof(fw_site_t));
+}
+
+void fw_leak_report_json(int fd) {
+  fw_leaks_t lk;
+  fw_leaks_collect(&lk);
+  fw_out_t o;
+  fw_out_init(&o, fd);
+  fw_json_head(&o, "freeway-leaks");
+  fw_out_printf(&o, ",\n \"exact\": %s, \"blocks\": %zu, \"bytes\": %zu, \"unlisted_blocks\": %zu,\n \"sites\": [",
+                lk.exact ? "true" : "false", lk.blocks, lk.bytes, lk.dropped);
+  for (size_t i = 0; i < lk.nsites; i++) {
+    const fw_site_t *st = &lk.sites[i];
+    fw_out_printf(&o, "%s\n  {\"blocks\": %zu, \"bytes\": %zu", i ? "," : "", st->blocks, st->bytes);
+    if (!lk.exact) fw_out_printf(&o, ", \"block_size\": %zu", st->key);
+    fw_out_printf(&o, ", \"stack\": [");
+    for (size_t k = 0; k < st->npcs; k++) fw_out_printf(&o, "%s\"%#lx\"", k ? ", " : "", (unsigned long)st->pcs[k]);
+    fw_out_printf(&o, "]}");
+  }
+  fw_out_printf(&o, "\n ],\n \"mappings\": [");
+  fw_out_printf(&o, "]\n}\n");
+  fw_out_flush(&o);
+  fw_leaks_release(&lk);
+}
+
+void fw_leak_report_print(int fd) {
+  fw_leaks_t lk;
+  fw_leaks_collect(&lk);
+  fw_out_t o;
+  fw_out_init(&o, fd);
+  fw_out_printf(&o, "freeway: leak report: %zu blocks, %zu bytes still live (every thread's heaps and the segments "
+                "of exited threads)%s\n",
+                lk.blocks, lk.bytes, lk.exact ? "" : "; call sites need cautious mode (FREEWAY_CAUTIOUS=1)");
+  char where[256];
+  for (size_t i = 0; i < lk.nsites && i < 16; i++) {
+    const fw_site_t *st = &lk.sites[i];
+    if (!lk.exact) {
+      fw_out_printf(&o, "  %zu blocks of %zu bytes\n", st->blocks, st->key);
+      continue;
+    }
+    fw_out_printf(&o, "  %zu blocks, %zu bytes, allocated at\n", st->blocks, st->bytes);
+    for (size_t k = 0; k < st->npcs; k++) {
+      fw_os_describe_pc(st->pcs[k], where, sizeof where);
+      fw_out_printf(&o, "      %s\n", where);
+    }
+  }
+  if (lk.nsites > 16) fw_out_printf(&o, "  ... %zu more\n", lk.nsites - 16);
+  fw_out_flush(&o);
+  fw_leaks_release(&lk);
+}
+
+/* ---- at exit --------------------------------------------------------------------- */
+
+/* Writes one report into FREEWAY_REPORT_DIR as freeway-PID-KIND.json. */
+static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
+  const char *dir = fw_topt(REPORT_DIR);
+  if (!dir) return;
+  char path[1200];
+  fw_snprintf(path, sizeof path, "%s/freeway-%ld-%s.json", dir, fw_os_pid(), kind);
+  int fd = fw_os_create(path);
+  if (fd < 0) {
+    fw_message("warning: cannot write the %s report to %s\n", kind, path);
+    return;
+  }
+  write_fn(fd);
+  fw_os_close(fd);
+}
+
+void fw_survey_at_exit(void) {
+  if (fw_opt(LEAK_REPORT)) {
+    fw_leak_report_print(2);
+    fw_report_file("leaks", fw_leak_report_json);
+  }
+  if (fw_opt(SHOW_STATS)) {
+    fw_stats_print(2);
+    fw_report_file("stats", fw_stats_print_json);
+  }
+  if (fw_opt(HEAP_MAP)) {
+    if (!fw_topt(REPORT_DIR)) fw_message("warning: FREEWAY_HEAP_MAP=1 needs FREEWAY_REPORT_DIR: no map written\n");
+    fw_report_file("map", fw_heap_map_json);
+  }
+}

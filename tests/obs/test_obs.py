@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Checks the numbers of freeway's reports (docs/observability.md) against a
+program that allocates known amounts from known call sites (obs_prog.c):
+the ledger adds up to the committed memory and agrees with the process's
+resident memory, the size classes and the heap map hold the program's
+blocks, and the leak report finds them by size and, in cautious mode, by
+call site.
+
+Environment: FREEWAY_LIB (libfreeway.so) and OBS_PROG (the obs_prog binary).
+"""
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+LIB = os.environ.get("FREEWAY_LIB")
+PROG = os.environ.get("OBS_PROG")
+SLICES = 64
+
+
+def run(extra_env):
+    """Runs obs_prog with the reports on; returns (reports by kind, sites, stderr)."""
+    d = tempfile.mkdtemp(prefix="fw-obs-")
+    sites_file = os.path.join(d, "sites.txt")
+    env = dict(os.environ, LD_PRELOAD=LIB, FREEWAY_REPORT_DIR=d, FREEWAY_SHOW_STATS="1",
+               FREEWAY_LEAK_REPORT="1", FREEWAY_HEAP_MAP="1")
+    env.update(extra_env)
+    p = subprocess.run([PROG, sites_file], env=env, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise AssertionError("obs_prog failed (%d): %s" % (p.returncode, p.stderr))
+    reports = {}
+    for kind in ("stats", "leaks", "map"):
+        files = glob.glob(os.path.join(d, "freeway-*-%s.json" % kind))
+        if len(files) != 1:
+            raise AssertionError("expected one %s report in %s, found %s" % (kind, d, files))
+        with open(files[0]) as f:
+            reports[kind] = json.load(f)
+    sites = {}
+    with open(sites_file) as f:
+        for line in f:
+            name, addr = line.split()
+            sites[name] = int(addr, 16)
+    return reports, sites, p.stderr
+
+
+def symbol_sizes(path):
+    """name -> (link-time address, size) from nm."""
+    out = subprocess.run(["nm", "-S", "--defined-only", path], capture_output=True, text=True).stdout
+    sizes = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 4:
+            sizes[f[3]] = (int(f[0], 16), int(f[1], 16))
+    return sizes
+
+
+class Ledger(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rep, cls.sites, cls.stderr = run({})
+
+    def test_format(self):
+        for kind, fmt in (("stats", "freeway-stats"), ("leaks", "freeway-leaks"), ("map", "freeway-map")):
+            r = self.rep[kind]
+            self.assertEqual(r["format"], fmt)
+            self.assertEqual(r["version"], 1)
+            self.assertGreater(r["pid"], 0)
+
+    def test_adds_up(self):
+        s = self.rep["stats"]
+        committed = s["process"]["committed"]
+        lines = {l["line"]: l["bytes"] for l in s["ledger"]}
+        # at exit no other thread runs: the walk explains every byte
+        self.assertEqual(lines["unaccounted"], 0, lines)
+        self.assertEqual(sum(v for k, v in lines.items() if k != "unaccounted"), committed)
+
+    def test_agrees_with_rss(self):
+        s = self.rep["stats"]
+        rss, committed = s["process"]["rss"], s["process"]["committed"]
+        lines = {l["line"]: l["bytes"] for l in s["ledger"]}
+        live = lines["live blocks"] + lines["live large blocks"]
+        # every live block was written whole: resident; and the process
+        # holds little beyond freeway's memory (code, stacks: under 64 MiB)
+        self.assertGreaterEqual(rss, live)
+        self.assertLessEqual(rss, committed + (64 << 20))
+        self.assertIn("where the memory goes", self.stderr)
+
+    def test_classes(self):
+        s = self.rep["stats"]
+        by = {c["block_size"]: c for c in s["classes"]}
+        small = [c for bs, c in by.items() if 100 <= bs <= 128]
+        self.assertTrue(small, by.keys())
+        self.assertEqual(sum(c["live_blocks"] for c in small), 10000)
+        mid = [c for bs, c in by.items() if 300 <= bs <= 384]
+        self.assertGreaterEqual(sum(c["live_blocks"] for c in mid), 1000)
+        self.assertGreaterEqual(by[0]["live_blocks"], 2)  # the two large blocks
+        for c in s["classes"]:
+            self.assertLessEqual(c["live_blocks"], c["blocks"])
+
+    def test_map(self):
+        m = self.rep["map"]
+        self.assertTrue(m["arenas"])
+        live = mid = 0
+        for seg in m["segments"]:
+            covered = 0
+            expect = seg["size"] // m["slice_size"] if seg["kind"] == "large" else SLICES
+            for sl in seg["slices"]:
+                self.assertEqual(sl["index"], covered, seg)
+                covered += sl["count"]
+                self.assertIn(sl["state"], ("page", "free", "purged", "cached"))
+                if sl["state"] == "page":
+                    self.assertLessEqual(sl["used"], sl["capacity"])
+                    if 100 <= sl["block_size"] <= 128:
+                        live += sl["used"]
+                    if 300 <= sl["block_size"] <= 384:
+                        mid += sl["used"]
+            self.assertEqual(covered, expect, seg)
+        self.assertEqual(live, 10000)
+        # the exited thread's blocks are there (its segment adopted by main)
+        self.assertGreaterEqual(mid, 1000)
+
+    def test_leaks_by_size(self):
+        lk = self.rep["leaks"]
+        self.assertFalse(lk["exact"])
+        by = {}
+        for st in lk["sites"]:
+            by[st["block_size"]] = by.get(st["block_size"], 0) + st["blocks"]
+        self.assertEqual(sum(n for bs, n in by.items() if 100 <= bs <= 128), 10000)
+        self.assertGreaterEqual(sum(n for bs, n in by.items() if 300 <= bs <= 384), 1000)
+        self.assertIn("leak report", self.stderr)
+
+
+class CautiousLeaks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rep, cls.sites, cls.stderr = run({"FREEWAY_CAUTIOUS": "1"})
+        cls.sizes = symbol_sizes(PROG)
+
+    def site_of(self, pc):
+        for name, start in self.sites.items():
+            size = self.sizes[name][1]
+            if start <= pc < start + size:
+                return name
+        return None
+
+    def test_sites(self):
+        lk = self.rep["leaks"]
+        self.assertTrue(lk["exact"])
+        found = {}
+        for st in lk["sites"]:
+            if not st["stack"]:
+                continue
+            name = self.site_of(int(st["stack"][0], 16))
+            if name:
+                b, n = found.get(name, (0, 0))
+                found[name] = (b + st["blocks"], n + st["bytes"])
+        # requested sizes, exactly
+        self.assertEqual(found.get("site_small"), (10000, 10000 * 100))
+        self.assertEqual(found.get("site_thread"), (1000, 1000 * 300))
+        self.assertEqual(found.get("site_big"), (2, 300000 + (3 << 20)))
+
+    def test_ledger_still_adds_up(self):
+        lines = {l["line"]: l["bytes"] for l in self.rep["stats"]["ledger"]}
+        self.assertEqual(lines["unaccounted"], 0, lines)
+
+
+if __name__ == "__main__":
+    if not LIB or not PROG:
+        raise SystemExit("set FREEWAY_LIB and OBS_PROG")
+    unittest.main()
