@@ -196,6 +196,25 @@ size_t fw_os_rss(void) {
 
 long fw_os_pid(void) { return (long)getpid(); }
 
+static void (*fw_signal_fn)(void);
+
+static void fw_signal_handler(int sig) {
+  (void)sig;
+  int saved = errno;
+  if (fw_signal_fn) fw_signal_fn();
+  errno = saved;
+}
+
+bool fw_os_on_signal(int sig, void (*fn)(void)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fw_signal_handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  fw_signal_fn = fn;
+  return sigaction(sig, &sa, NULL) == 0;
+}
+
 uint64_t fw_os_time_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -101,6 +101,9 @@ FW_HIDDEN void fw_os_close(int fd);
 FW_HIDDEN size_t fw_os_rss(void);
 FW_HIDDEN long fw_os_pid(void);
 FW_HIDDEN uint64_t fw_os_time_ms(void);
+/* Calls fn (in a signal handler, on the thread the signal reaches) each
+ * time signal sig arrives; false if sig cannot be caught. */
+FW_HIDDEN bool fw_os_on_signal(int sig, void (*fn)(void));
 
 /* ---- call stacks and faults (cautious mode's reports) ---------------------
  * fw_os_backtrace fills pcs with return addresses of the calling thread's

@@ -555,12 +555,13 @@ static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
   fw_os_close(fd);
 }
 
-void fw_survey_at_exit(void) {
+/* The reports the options ask for, or at least the ledger (FREEWAY_DUMP_SIGNAL). */
+static void fw_survey_dump(bool always_stats) {
   if (fw_opt(LEAK_REPORT)) {
     fw_leak_report_print(2);
     fw_report_file("leaks", fw_leak_report_json);
   }
-  if (fw_opt(SHOW_STATS)) {
+  if (fw_opt(SHOW_STATS) || always_stats) {
     fw_stats_print(2);
     fw_report_file("stats", fw_stats_print_json);
   }
@@ -568,4 +569,14 @@ void fw_survey_at_exit(void) {
     if (!fw_topt(REPORT_DIR)) fw_message("warning: FREEWAY_HEAP_MAP=1 needs FREEWAY_REPORT_DIR: no map written\n");
     fw_report_file("map", fw_heap_map_json);
   }
+}
+
+void fw_survey_at_exit(void) { fw_survey_dump(false); }
+
+static void fw_survey_on_signal(void) { fw_survey_dump(true); }
+
+void fw_survey_init(void) {
+  long sig = fw_opt(DUMP_SIGNAL);
+  if (sig && !fw_os_on_signal((int)sig, fw_survey_on_signal))
+    fw_message("warning: FREEWAY_DUMP_SIGNAL=%ld: cannot catch that signal\n", sig);
 }

@@ -8,5 +8,7 @@
 /* The reports at exit that the options ask for (FREEWAY_SHOW_STATS,
  * FREEWAY_LEAK_REPORT, FREEWAY_HEAP_MAP, FREEWAY_REPORT_DIR). */
 FW_HIDDEN void fw_survey_at_exit(void);
+/* Installs the FREEWAY_DUMP_SIGNAL handler; once, at process start. */
+FW_HIDDEN void fw_survey_init(void);
 
 #endif

@@ -171,6 +171,7 @@ fw_heap_t *fw_thread_heap(void) {
 __attribute__((constructor)) static void fw_constructor(void) {
   fw_process_init();
   pthread_atfork(fw_fork_prepare, fw_fork_parent, fw_fork_child);
+  fw_survey_init();
 }
 
 __attribute__((destructor)) static void fw_destructor(void) {

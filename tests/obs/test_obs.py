@@ -166,6 +166,25 @@ class CautiousLeaks(unittest.TestCase):
         self.assertEqual(lines["unaccounted"], 0, lines)
 
 
+class DumpSignal(unittest.TestCase):
+    def test_dump_on_signal(self):
+        # a shell that sends itself SIGUSR2 (12): the ledger is written then,
+        # and not again at exit (FREEWAY_SHOW_STATS is off)
+        d = tempfile.mkdtemp(prefix="fw-sig-")
+        env = dict(os.environ, LD_PRELOAD=LIB, FREEWAY_REPORT_DIR=d, FREEWAY_DUMP_SIGNAL="12")
+        p = subprocess.run(["sh", "-c", "kill -USR2 $$; echo after"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("after", p.stdout)
+        self.assertIn("where the memory goes", p.stderr)
+        files = glob.glob(os.path.join(d, "freeway-*-stats.json"))
+        self.assertEqual(len(files), 1, files)
+        with open(files[0]) as f:
+            s = json.load(f)
+        self.assertEqual(s["format"], "freeway-stats")
+        self.assertEqual(s["options"]["dump_signal"], 12)
+
+
 if __name__ == "__main__":
     if not LIB or not PROG:
         raise SystemExit("set FREEWAY_LIB and OBS_PROG")
