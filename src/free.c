@@ -87,11 +87,12 @@ void fw_free_generic(void *p) {
  * free, a full or aligned page, a large block, realloc), made before
  * anything is written: the segment header must be one of freeway's, the
  * slot in use, the pointer a block's start (a large block: not free
- * already). Whether a small block is on a free list already cannot be told
- * cheaply: a live block keeps the link it had while free until the program
- * writes its first word; the pop check (page.h) catches the list damage an
- * immediate double free makes; the secure level's free mark and cautious
- * mode catch every one. */
+ * already, and a small or medium block's first word no valid list link:
+ * a block on a free list holds one, a live block the taken mark or the
+ * program's data, page.h). A double free that takes the fast path is
+ * caught where the block is met again (the pops, the empty-page scan); the
+ * secure level's free mark and cautious mode catch every one at the
+ * second free. */
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {
   const char *what = NULL;
   if (seg->cookie != fw_segment_cookie(seg)) what = "free of a pointer freeway did not hand out";
