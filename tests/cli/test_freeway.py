@@ -1,0 +1,580 @@
+"""Tests of the freeway command (tools/freeway).
+
+Environment (set by ctest, tests/CMakeLists.txt):
+  FREEWAY_LIB          the built libfreeway.so
+  FWT_TOOL             the command to test (default: tools/freeway)
+  FWT_PROJECT_VERSION  the project's version (default: read from CMakeLists.txt)
+  FWT_CC               a C compiler for the symbolisation tests (default: cc)
+
+Run by hand from this directory:
+  FREEWAY_LIB=../../build/libfreeway.so python3 -m unittest -v test_freeway
+"""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
+FIXTURES = os.path.join(HERE, "fixtures")
+TOOL = os.path.abspath(os.environ.get("FWT_TOOL") or os.path.join(SOURCE, "tools", "freeway"))
+LIB = os.environ.get("FREEWAY_LIB")
+if LIB:
+    # The tests run the command in other directories.
+    LIB = os.environ["FREEWAY_LIB"] = os.path.abspath(LIB)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def load_tool():
+    """The command as a module, for its helpers."""
+    loader = importlib.machinery.SourceFileLoader("freeway_tool", TOOL)
+    spec = importlib.util.spec_from_loader("freeway_tool", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def freeway(*args, env=None, cwd=None, tool=None, unset_lib=False, timeout=60):
+    """Runs the command; returns (exit status, stdout, stderr)."""
+    e = dict(os.environ)
+    if unset_lib:
+        e.pop("FREEWAY_LIB", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([sys.executable, tool or TOOL] + list(args), env=e, cwd=cwd,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+# A program that prints its environment as JSON.
+PRINT_ENV = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+
+
+def last_json(text):
+    return json.loads(text.strip().splitlines()[-1])
+
+
+class VersionTest(unittest.TestCase):
+    def project_version(self):
+        v = os.environ.get("FWT_PROJECT_VERSION")
+        if v:
+            return v
+        with open(os.path.join(SOURCE, "CMakeLists.txt")) as f:
+            m = re.search(r"project\(\s*freeway\s+VERSION\s+([0-9.]+)", f.read())
+        self.assertIsNotNone(m, "no project(freeway VERSION ...) in CMakeLists.txt")
+        return m.group(1)
+
+    def test_version_matches_project(self):
+        rc, out, _ = freeway("--version")
+        self.assertEqual(rc, 0)
+        self.assertEqual(out.strip(), "freeway %s" % self.project_version())
+
+    def test_executable_with_shebang(self):
+        self.assertTrue(os.access(TOOL, os.X_OK), "%s is not executable" % TOOL)
+        with open(TOOL, "rb") as f:
+            self.assertEqual(f.readline(), b"#!/usr/bin/env python3\n")
+
+
+class HelpTest(unittest.TestCase):
+    def test_help_at_every_level(self):
+        for args, words in ((["--help"], ["run", "report", "examples"]),
+                            (["run", "--help"], ["--stats", "--leaks", "--map", "--out",
+                                                 "--set", "FREEWAY_LIB", "examples"]),
+                            (["report", "--help"], ["--json", "--svg", "--html", "--top",
+                                                    "examples"])):
+            rc, out, _ = freeway(*args)
+            self.assertEqual(rc, 0, args)
+            for w in words:
+                self.assertIn(w, out, args)
+
+    def test_no_command(self):
+        rc, _, err = freeway()
+        self.assertEqual(rc, 2)
+        self.assertIn("usage", err)
+
+
+@unittest.skipUnless(LIB and os.path.isfile(LIB), "FREEWAY_LIB does not name the built library")
+class DiscoveryTest(unittest.TestCase):
+    """The library is $FREEWAY_LIB, else next to the script, else in
+    ../lib, ../lib/<multiarch>, ../lib64, else ../build."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+        self.bin = os.path.join(self.tmp, "prefix", "bin")
+        os.makedirs(self.bin)
+        self.tool = os.path.join(self.bin, "freeway")
+        shutil.copy2(TOOL, self.tool)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def place(self, rel):
+        """A libfreeway.so (a link to the real one) at prefix/REL."""
+        path = os.path.join(self.tmp, "prefix", rel, "libfreeway.so")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(os.path.abspath(LIB), path)
+        return os.path.normpath(path)
+
+    def preload(self, tool=None, env=None):
+        rc, out, err = freeway("run", "--", *PRINT_ENV, tool=tool or self.tool,
+                               unset_lib=True, env=env)
+        self.assertEqual(rc, 0, err)
+        return last_json(out)["LD_PRELOAD"].split(":")[0]
+
+    def test_order(self):
+        order = ["bin", "lib", "lib64", "build"]
+        arch = sysconfig.get_config_var("MULTIARCH")
+        if arch:
+            order.insert(2, os.path.join("lib", arch))
+        paths = [self.place(rel) for rel in order]
+        for path in paths:
+            self.assertEqual(self.preload(), path)
+            os.unlink(path)
+        rc, _, err = freeway("run", "--", "true", tool=self.tool, unset_lib=True)
+        self.assertEqual(rc, 125)
+        self.assertIn("cannot find libfreeway.so", err)
+        for path in paths:
+            self.assertIn(path, err)
+
+    def test_env_first(self):
+        self.place("bin")
+        other = os.path.join(self.tmp, "other.so")
+        os.symlink(os.path.abspath(LIB), other)
+        self.assertEqual(self.preload(env={"FREEWAY_LIB": other}), other)
+        rc, _, err = freeway("run", "--", "true", tool=self.tool,
+                             env={"FREEWAY_LIB": os.path.join(self.tmp, "missing.so")})
+        self.assertEqual(rc, 125)
+        self.assertIn("missing.so: no such file", err)
+
+    def test_through_a_link(self):
+        """A link to the installed script finds the library beside the
+        script it points to."""
+        lib = self.place("lib")
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.mkdir(elsewhere)
+        link = os.path.join(elsewhere, "freeway")
+        os.symlink(self.tool, link)
+        self.assertEqual(self.preload(tool=link), lib)
+
+
+@unittest.skipUnless(LIB and os.path.isfile(LIB), "FREEWAY_LIB does not name the built library")
+class RunTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def test_environment(self):
+        out_dir = os.path.join(self.tmp, "a", "b")
+        rc, out, err = freeway("run", "--stats", "--leaks", "--map", "--cautious", "--secure",
+                               "--set", "purge_delay=0", "--set", "FREEWAY_verbose=1",
+                               "--out", out_dir, "--quiet", "--", *PRINT_ENV,
+                               env={"LD_PRELOAD": "/nonexistent/libother.so"}, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        env = last_json(out)
+        self.assertEqual(env["LD_PRELOAD"], os.path.abspath(LIB) + ":/nonexistent/libother.so")
+        for name in ("FREEWAY_SHOW_STATS", "FREEWAY_LEAK_REPORT", "FREEWAY_HEAP_MAP",
+                     "FREEWAY_CAUTIOUS", "FREEWAY_SECURE", "FREEWAY_VERBOSE"):
+            self.assertEqual(env.get(name), "1", name)
+        self.assertEqual(env["FREEWAY_PURGE_DELAY"], "0")
+        self.assertEqual(env["FREEWAY_REPORT_DIR"], out_dir)
+        self.assertTrue(os.path.isdir(out_dir))
+
+    def test_plain_run_sets_no_reports(self):
+        rc, out, err = freeway("run", "--", *PRINT_ENV, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        env = last_json(out)
+        self.assertEqual(env["LD_PRELOAD"], os.path.abspath(LIB))
+        for name in ("FREEWAY_REPORT_DIR", "FREEWAY_SHOW_STATS", "FREEWAY_CAUTIOUS"):
+            self.assertNotIn(name, env)
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_default_report_dir(self):
+        rc, out, err = freeway("run", "--stats", "--", *PRINT_ENV, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        made = os.listdir(self.tmp)
+        self.assertEqual(len(made), 1)
+        self.assertRegex(made[0], r"^freeway-report-\d+$")
+        self.assertEqual(last_json(out)["FREEWAY_REPORT_DIR"], os.path.join(self.tmp, made[0]))
+
+    def test_bad_set(self):
+        for bad in ("purge-delay=0", "purge_delay", "=1", "x1=2"):
+            rc, _, err = freeway("run", "--set", bad, "--", "true", cwd=self.tmp)
+            self.assertEqual(rc, 125, bad)
+            self.assertIn("--set", err)
+
+    def test_no_program(self):
+        rc, _, err = freeway("run", "--stats", cwd=self.tmp)
+        self.assertEqual(rc, 125)
+        self.assertIn("no program", err)
+
+    def test_exit_status(self):
+        rc, _, _ = freeway("run", "--", "sh", "-c", "exit 7", cwd=self.tmp)
+        self.assertEqual(rc, 7)
+        rc, _, err = freeway("run", "--", os.path.join(self.tmp, "no-such-program"), cwd=self.tmp)
+        self.assertEqual(rc, 127)
+        self.assertIn("not found", err)
+
+    def test_signal(self):
+        rc, _, err = freeway("run", "--stats", "--out", "d", "--", "sh", "-c", "kill -USR1 $$",
+                             cwd=self.tmp)
+        self.assertEqual(rc, 128 + signal.SIGUSR1)
+        self.assertIn("killed by signal %d (SIGUSR1)" % signal.SIGUSR1, err)
+        self.assertIn("no reports were written", err)
+
+    def test_library_loaded(self):
+        rc, out, err = freeway("run", "--", "sh", "-c", "grep -c libfreeway /proc/$$/maps",
+                               cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        self.assertGreaterEqual(int(out.strip()), 1)
+
+    def test_real_library_reports(self):
+        """Whatever the library writes at exit renders (the formats of
+        docs/observability.md)."""
+        rc, out, err = freeway("run", "--stats", "--leaks", "--map", "--out", "rep", "--",
+                               sys.executable, "-c", "x = [bytearray(100) for i in range(1000)]",
+                               cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("error", err)
+        written = [n for n in os.listdir(os.path.join(self.tmp, "rep"))
+                   if n.endswith(".json")]
+        if written:
+            self.assertIn("==> ", out)
+
+    def test_renders_what_the_run_wrote(self):
+        """Every report the run wrote is rendered, one set per process;
+        reports already in the directory are not; the map is drawn."""
+        out_dir = os.path.join(self.tmp, "rep")
+        os.mkdir(out_dir)
+        shutil.copy(fixture("stats-mismatch.json"), os.path.join(out_dir, "freeway-1-stats.json"))
+        # Stands for a program that forked: reports of two processes.
+        prog = ("import os, shutil, sys\n"
+                "d, f = os.environ['FREEWAY_REPORT_DIR'], sys.argv[1]\n"
+                "pid = os.getpid()\n"
+                "for p, kind, src in ((pid, 'stats', 'stats.json'), (pid, 'leaks', 'leaks.json'),\n"
+                "                     (pid, 'map', 'map.json'), (pid + 1, 'stats', 'stats.json')):\n"
+                "    shutil.copy(os.path.join(f, src), os.path.join(d, 'freeway-%d-%s.json' % (p, kind)))\n")
+        rc, out, err = freeway("run", "--stats", "--leaks", "--map", "--out", out_dir, "--",
+                               sys.executable, "-c", prog, FIXTURES, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.count("==> "), 4, out)
+        self.assertEqual(out.count("Ledger:"), 2)
+        self.assertIn("Live blocks: 5 blocks", out)
+        self.assertIn("Huge blocks: 1, 16.0 MiB", out)
+        self.assertNotIn("freeway-1-stats.json", out)
+        self.assertNotIn("MISMATCH", out)
+        self.assertIn("reports in %s" % out_dir, err)
+        for name in ("map.html", "map.svg"):
+            self.assertIn(name, err)
+            with open(os.path.join(out_dir, name)) as f:
+                ET.fromstring(f.read())
+
+        rc, out, err = freeway("run", "--stats", "--quiet", "--out", out_dir, "--",
+                               sys.executable, "-c", prog, FIXTURES, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, "")
+        self.assertIn("-stats.json", err)
+
+
+class ReportTest(unittest.TestCase):
+    def report(self, *args):
+        rc, out, err = freeway("report", *args)
+        self.assertEqual(rc, 0, err)
+        return out
+
+    def test_stats(self):
+        out = self.report(fixture("stats.json"))
+        self.assertIn("freeway-stats  pid 4242  freeway 0.1.0", out)
+        self.assertRegex(out, r"live blocks +4\.0 MiB +50\.0% +4194304 +block space")
+        self.assertRegex(out, r"metadata +768\.0 KiB +9\.4% +786432")
+        self.assertRegex(out, r"total +8\.0 MiB +100\.0% +8388608 += process\.committed")
+        self.assertNotIn("MISMATCH", out)
+        # Size classes: block size, pages, blocks, live blocks, live bytes, fill.
+        self.assertRegex(out, r"16 B +2 +8192 +4096 +64\.0 KiB +50\.0%")
+        self.assertRegex(out, r"1024 B +4 +256 +192 +192\.0 KiB +75\.0%")
+        self.assertRegex(out, r"large +3 +3 +2 +3\.0 MiB +66\.7%")
+        self.assertLess(out.index("16 B"), out.index("1024 B"))
+        self.assertRegex(out, r"rss +5\.0 MiB")
+        self.assertRegex(out, r"reserved +1\.0 GiB")
+        self.assertIn("3 segments (1 abandoned), 2 threads (5 in all), 2 heaps, 1 huge block", out)
+        self.assertIn("purge_delay=10", out)
+
+    def test_stats_mismatch(self):
+        out = self.report(fixture("stats-mismatch.json"))
+        self.assertIn("!= process.committed", out)
+        self.assertIn("MISMATCH", out)
+        self.assertIn("process.committed is 9437184 (9.0 MiB): 1048576 bytes (1.0 MiB) unexplained",
+                      out)
+
+    def test_leaks(self):
+        out = self.report(fixture("leaks.json"))
+        self.assertIn("Live blocks: 5 blocks, 1.3 KiB (1300 bytes)", out)
+        self.assertIn("exact", out)
+        # Largest site first; no binary to read, so file offsets:
+        # 0x55d0c0a01234 - 0x55d0c0a00000 + 0x1000.
+        self.assertLess(out.index("#1  1000 B in 2 blocks, 76.9%"), out.index("#2  300 B in 3 blocks"))
+        self.assertIn("0x55d0c0a01234  /nonexistent/freeway-test/prog+0x2234", out)
+        self.assertIn("0x55d0c0a05678  /nonexistent/freeway-test/prog+0x6678", out)
+        self.assertIn("0x7f00deadbeef  (in no mapping)", out)
+        out = self.report("--top", "1", fixture("leaks.json"))
+        self.assertIn("Top 1 sites", out)
+        self.assertNotIn("#2", out)
+
+    def test_map_text(self):
+        out = self.report(fixture("map.json"))
+        self.assertIn("2 arenas (2.0 GiB reserved); 3 segments", out)
+        # kind, segments, abandoned, page/free/purged slices, size, live, fill
+        self.assertRegex(out, r"small +1 +0 +2 +3 +59 +4\.0 MiB +32\.0 KiB +25\.0%")
+        self.assertRegex(out, r"medium +1 +1 +8 +0 +56 +4\.0 MiB +256\.0 KiB +50\.0%")
+        self.assertRegex(out, r"large +1 +0 +32 +32 +0 +4\.0 MiB +2\.0 MiB +100\.0%")
+        self.assertRegex(out, r"total +3 +1 +42 +35 +115 +12\.0 MiB")
+
+    def check_svg(self, svg, report):
+        """One titled rect per run of slices, and a fill rect over each page
+        partly in use (a full one is drawn dark)."""
+        runs = [sl for s in report["segments"] for sl in s["slices"]]
+        used = [sl for sl in runs if sl["state"] == "page" and 0 < sl["used"] < sl["capacity"]]
+        titled = [r for r in svg.iter(SVG + "rect") if r.find(SVG + "title") is not None]
+        self.assertEqual(len(titled), len(runs))
+        fills = [r for r in svg.iter(SVG + "rect") if "f" in r.get("class", "").split()
+                 and r.find(SVG + "title") is None and r.get("y") is None]
+        self.assertEqual(len(fills), len(used))
+        self.assertIsNotNone(svg.find(SVG + "title"))
+        return titled
+
+    def test_map_svg(self):
+        with open(fixture("map.json")) as f:
+            report = json.load(f)
+        svg = ET.fromstring(self.report("--svg", fixture("map.json")))
+        self.assertEqual(svg.tag, SVG + "svg")
+        titled = self.check_svg(svg, report)
+        tips = [r.find(SVG + "title").text for r in titled]
+        self.assertIn("slice 0, 64.0 KiB at 0x7f0000400000: small page, 64 B blocks: "
+                      "512/1024 used (50.0%), 1024 reserved", tips)
+        self.assertIn("slices 5-63, 3.7 MiB at 0x7f0000450000: purged (returned to the OS)", tips)
+        classes = [r.get("class") for r in titled]
+        # Rows by arena then address; runs by slice index; class by state and kind.
+        self.assertEqual(classes, ["S", "S", "F", "P", "Lf", "F", "M", "P"])
+        text = "".join(svg.itertext())
+        # Grouped by arena, by address: the medium segment's arena is last.
+        order = [text.index(a) for a in ("arena 0x7f0000000000", "0x7f0000400000 S",
+                                         "0x7f0000800000 L", "arena 0x7f8000000000",
+                                         "0x7f8000000000 M")]
+        self.assertEqual(order, sorted(order))
+        for word in ("small page", "medium page", "large block", "free", "purged"):
+            self.assertIn(word, text)
+
+    def test_map_html(self):
+        with open(fixture("map.json")) as f:
+            report = json.load(f)
+        page = ET.fromstring(self.report("--html", fixture("map.json")))
+        svgs = list(page.iter(SVG + "svg"))
+        self.assertEqual(len(svgs), 1)
+        self.check_svg(svgs[0], report)
+        self.assertIn("freeway heap map, pid 4242", "".join(page.itertext()))
+
+    def test_big_map(self):
+        """Thousands of segments still make a well-formed SVG, quickly."""
+        with open(fixture("map.json")) as f:
+            report = json.load(f)
+        base = report["segments"]
+        report["arenas"] = [{"start": "0x7f0000000000", "size": 1 << 40}]
+        report["segments"] = []
+        for i in range(3000):
+            s = json.loads(json.dumps(base[i % 3]))
+            s["start"] = "0x%x" % (0x7f0000000000 + i * report["segment_size"])
+            report["segments"].append(s)
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(report, f)
+            f.flush()
+            out = self.report("--svg", f.name)
+        self.check_svg(ET.fromstring(out), report)
+        runs = sum(len(s["slices"]) for s in report["segments"])
+        # Each run a rect with its title; each row a label and a group.
+        self.assertLess(len(out), 200 * (runs + len(report["segments"])))
+
+    def test_json(self):
+        data = json.loads(self.report("--json", fixture("leaks.json")))
+        self.assertEqual(data["format"], "freeway-leaks")
+        self.assertEqual([s["bytes"] for s in data["sites"]], [1000, 300])
+        self.assertEqual(data["sites"][0]["stack"][1], "0x55d0c0a05678")
+        data = json.loads(self.report("--json", fixture("stats.json"), fixture("map.json")))
+        self.assertEqual([d["format"] for d in data], ["freeway-stats", "freeway-map"])
+        self.assertEqual([c["block_size"] for c in data[0]["classes"]], [16, 1024, 0])
+        self.assertEqual([s["start"] for s in data[1]["segments"]],
+                         ["0x7f0000400000", "0x7f0000800000", "0x7f8000000000"])
+
+    def test_directory(self):
+        with tempfile.TemporaryDirectory() as d:
+            for src, name in (("stats.json", "freeway-9-stats.json"),
+                              ("leaks.json", "freeway-9-leaks.json")):
+                shutil.copy(fixture(src), os.path.join(d, name))
+            out = self.report(d)
+        self.assertLess(out.index("freeway-9-stats.json"), out.index("freeway-9-leaks.json"))
+        self.assertIn("Ledger:", out)
+        self.assertIn("Live blocks:", out)
+
+    def test_errors(self):
+        with tempfile.TemporaryDirectory() as d:
+            def write(name, text):
+                path = os.path.join(d, name)
+                with open(path, "w") as f:
+                    f.write(text)
+                return path
+            with open(fixture("stats.json")) as f:
+                stats = json.load(f)
+            cases = [
+                (write("other.json", '{"format": "something-else", "version": 1}'),
+                 "unknown report format \"something-else\""),
+                (write("nojson.json", "not json"), "not a JSON file"),
+                (write("v2.json", json.dumps(dict(stats, version=2))), "version 2"),
+                (write("noledger.json", json.dumps({k: v for k, v in stats.items()
+                                                    if k != "ledger"})),
+                 "missing field 'ledger'"),
+                (os.path.join(d, "absent.json"), "No such file"),
+            ]
+            for path, msg in cases:
+                rc, out, err = freeway("report", path)
+                self.assertEqual(rc, 1, path)
+                self.assertIn(msg, err, path)
+            rc, _, err = freeway("report", "--svg", fixture("stats.json"))
+            self.assertEqual(rc, 1)
+            self.assertIn("heap maps", err)
+
+
+class HelpersTest(unittest.TestCase):
+    def test_human(self):
+        tool = load_tool()
+        self.assertEqual(tool.human(0), "0 B")
+        self.assertEqual(tool.human(1023), "1023 B")
+        self.assertEqual(tool.human(1536), "1.5 KiB")
+        self.assertEqual(tool.human(3 << 20), "3.0 MiB")
+        self.assertEqual(tool.human(5 << 30), "5.0 GiB")
+
+
+def compiler():
+    cc = os.environ.get("FWT_CC") or "cc"
+    return shutil.which(cc)
+
+
+LEAKY_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((noinline)) void *fwt_cli_leaky_function(size_t n)
+{
+    void *p = malloc(n);
+    if (p)
+        ((volatile char *)p)[0] = 1;
+    return p;
+}
+
+int main(void)
+{
+    char line[4096];
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f || !fwt_cli_leaky_function(100))
+        return 1;
+    while (fgets(line, sizeof line, f))
+        fputs(line, stdout);
+    printf("FUNC %p\n", (void *)&fwt_cli_leaky_function);
+    return 0;
+}
+"""
+
+
+@unittest.skipUnless(compiler(), "no C compiler: symbolisation not tested")
+class SymbolTest(unittest.TestCase):
+    """A leaks report whose stack holds an address inside a known function
+    of a program names the function and its source file."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+        self.src = os.path.join(self.tmp, "leaky.c")
+        with open(self.src, "w") as f:
+            f.write(LEAKY_C)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def build(self, name, flags):
+        exe = os.path.join(self.tmp, name)
+        p = subprocess.run([compiler(), "-g", "-O0"] + flags + ["-o", exe, self.src],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            self.skipTest("cannot build with %s: %s" % (flags, p.stdout.decode()[-300:]))
+        return exe
+
+    def leak_fixture(self, exe):
+        """(leaks report, address inside the function) from a run of exe."""
+        if not shutil.which("nm"):
+            self.skipTest("no nm")
+        nm = subprocess.run(["nm", "-S", exe], stdout=subprocess.PIPE, check=True).stdout.decode()
+        m = re.search(r"^([0-9a-f]+) ([0-9a-f]+) [Tt] fwt_cli_leaky_function$", nm, re.M)
+        self.assertIsNotNone(m, nm)
+        value, size = int(m.group(1), 16), int(m.group(2), 16)
+        out = subprocess.run([exe], stdout=subprocess.PIPE, check=True,
+                             env=dict(os.environ, LD_PRELOAD="")).stdout.decode()
+        real = os.path.realpath(exe)
+        maps = []
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f[5] == real:
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                maps.append((lo, hi, int(f[2], 16), "x" in f[1]))
+        printed = int(re.search(r"^FUNC (0x[0-9a-f]+)$", out, re.M).group(1), 16)
+        # The load bias: where the mapping at file offset 0 starts (0 for a
+        # fixed-address executable, whose nm values are addresses).
+        et_exec = load_tool().elf_info(exe)[0] == 2
+        bias = 0 if et_exec else min(lo for lo, _, off, _ in maps if off == 0)
+        self.assertEqual(bias + value, printed)
+        inside = bias + value + size // 2
+        report = {
+            "format": "freeway-leaks", "version": 1, "freeway": "0.1.0", "pid": 1, "time_ms": 0,
+            "exact": True, "blocks": 1, "bytes": 100,
+            "sites": [{"blocks": 1, "bytes": 100, "stack": ["0x%x" % inside]}],
+            "mappings": [{"start": "0x%x" % lo, "end": "0x%x" % hi, "offset": "0x%x" % off,
+                          "path": real} for lo, hi, off, x in maps if x],
+        }
+        path = os.path.join(self.tmp, "freeway-1-leaks.json")
+        with open(path, "w") as f:
+            json.dump(report, f)
+        return path, inside, et_exec
+
+    def check(self, exe, want_exec):
+        path, inside, et_exec = self.leak_fixture(exe)
+        self.assertEqual(et_exec, want_exec)
+        rc, out, err = freeway("report", path)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"0x%x  fwt_cli_leaky_function at .*leaky\.c:\d+" % inside)
+        # Without addr2line: the file and offset.
+        rc, out, err = freeway("report", path, env={"PATH": self.tmp})
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"0x%x  %s\+0x[0-9a-f]+" % (inside, re.escape(os.path.realpath(exe))))
+        self.assertIn("addr2line (binutils) not found", out)
+
+    @unittest.skipUnless(shutil.which("addr2line"), "no addr2line")
+    def test_pie(self):
+        self.check(self.build("leaky-pie", ["-fPIE", "-pie"]), False)
+
+    @unittest.skipUnless(shutil.which("addr2line"), "no addr2line")
+    def test_fixed_address(self):
+        self.check(self.build("leaky-nopie", ["-fno-pie", "-no-pie"]), True)
+
+
+if __name__ == "__main__":
+    unittest.main()
