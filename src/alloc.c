@@ -47,7 +47,7 @@
  * call or include that goes upward), bottom first:
  *   base.h types.h sizeclass.h   attributes, bit tricks, shared shapes
  *   os                           the kernel: map, purge, clock, locks
- *   message options stats        diagnostics, tunables, counters
+ *   message options stats pprof  diagnostics, tunables, counters, profiles
  *   meta                         type-stable metadata
  *   arena                        address space in chunks
  *   segment                      slots, spans, purge of free slots

@@ -160,13 +160,21 @@ void fw_os_sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
-void fw_os_write(int fd, const char *s, size_t n) {
+int64_t fw_os_time_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return 0;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool fw_os_write(int fd, const char *s, size_t n) {
   while (n) {
     ssize_t w = write(fd, s, n);
-    if (w <= 0) return;
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
     s += w;
     n -= (size_t)w;
   }
+  return true;
 }
 
 const char *fw_os_getenv(const char *name) { return getenv(name); }
@@ -753,6 +761,157 @@ void fw_os_describe_pc(uintptr_t pc, char *buf, size_t n) {
              (unsigned long)(pc - (uintptr_t)info.dli_saddr), file);
   else
     snprintf(buf, n, "%#lx %s+%#lx", (unsigned long)pc, file, (unsigned long)(pc - (uintptr_t)info.dli_fbase));
+}
+
+/* ---- the loaded code ---------------------------------------------------------- */
+/* Reads a hexadecimal number at *s, at least one digit; false on none or on
+ * a value beyond uintptr_t (a file offset past 4 GiB on 32-bit). */
+static bool fw_maps_hex(const char **s, uintptr_t *v) {
+  uintptr_t x = 0;
+  const char *c = *s;
+  for (;; c++) {
+    unsigned d;
+    if (*c >= '0' && *c <= '9') d = (unsigned)(*c - '0');
+    else if (*c >= 'a' && *c <= 'f') d = (unsigned)(*c - 'a' + 10);
+    else break;
+    if (x >> (sizeof x * 8 - 4)) return false;
+    x = x << 4 | d;
+  }
+  if (c == *s) return false;
+  *s = c;
+  *v = x;
+  return true;
+}
+
+static const char *fw_maps_field(const char *c) {
+  while (*c && *c != ' ') c++;
+  while (*c == ' ') c++;
+  return c;
+}
+
+/* One line of /proc/self/maps, "start-end perms offset dev inode   path". */
+static void fw_maps_line(const char *c, void (*fn)(uintptr_t, uintptr_t, uintptr_t, const char *, void *),
+                         void *arg) {
+  uintptr_t start, end, offset;
+  if (!fw_maps_hex(&c, &start) || *c++ != '-' || !fw_maps_hex(&c, &end) || *c++ != ' ') return;
+  if (c[0] == 0 || c[1] == 0 || c[2] != 'x') return;
+  c = fw_maps_field(c);
+  if (!fw_maps_hex(&c, &offset)) return;
+  c = fw_maps_field(fw_maps_field(fw_maps_field(c)));  /* to the device, the inode, the path */
+  if (*c != '/' || end <= start) return;
+  fn(start, end, offset, c, arg);
+}
+
+#define FW_MAPS_BUF ((size_t)16 << 10)
+
+bool fw_os_mappings(void (*fn)(uintptr_t start, uintptr_t end, uintptr_t offset, const char *path, void *arg),
+                    void *arg) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char *buf = fw_mmap(FW_MAPS_BUF);
+  if (!buf) {
+    close(fd);
+    return false;
+  }
+  /* buf holds the start of a line not yet complete; one byte is kept free
+   * for the NUL of a last line that has no newline */
+  size_t len = 0;
+  bool skipping = false, ok = true;
+  for (;;) {
+    ssize_t r = read(fd, buf + len, FW_MAPS_BUF - 1 - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      ok = false;
+      break;
+    }
+    if (r == 0) {
+      buf[len] = 0;
+      if (len && !skipping) fw_maps_line(buf, fn, arg);
+      break;
+    }
+    len += (size_t)r;
+    size_t at = 0;
+    for (char *nl; (nl = memchr(buf + at, '\n', len - at)) != NULL; at = (size_t)(nl - buf) + 1) {
+      *nl = 0;
+      if (!skipping) fw_maps_line(buf + at, fn, arg);
+      skipping = false;
+    }
+    memmove(buf, buf + at, len - at);
+    len -= at;
+    if (len == FW_MAPS_BUF - 1) {
+      /* a line longer than the buffer: dropped up to its newline */
+      skipping = true;
+      len = 0;
+    }
+  }
+  munmap(buf, FW_MAPS_BUF);
+  close(fd);
+  return ok;
+}
+
+typedef struct {
+  uintptr_t addr;
+  unsigned seen;
+  bool found, is_main;
+  uint8_t *id;
+  size_t max, id_len;
+} fw_object_query_t;
+
+/* The build ID among the notes of [p, p + n), notes aligned to align. */
+static size_t fw_note_build_id(const uint8_t *p, size_t n, size_t align, uint8_t *id, size_t max) {
+  while (n >= sizeof(ElfW(Nhdr))) {
+    const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)(const void *)p;
+    if (nh->n_namesz > n || nh->n_descsz > n) return 0;
+    /* the descriptor and the next note start aligned; the header does not
+     * count as padding */
+    size_t desc = fw_align_up(sizeof *nh + nh->n_namesz, align);
+    size_t next = fw_align_up(desc + nh->n_descsz, align);
+    if (desc + nh->n_descsz > n) return 0;
+    if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(p + sizeof *nh, "GNU", 4) == 0) {
+      size_t k = nh->n_descsz < max ? nh->n_descsz : max;
+      memcpy(id, p + desc, k);
+      return k;
+    }
+    if (next >= n) return 0;
+    p += next;
+    n -= next;
+  }
+  return 0;
+}
+
+static int fw_object_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  fw_object_query_t *q = arg;
+  /* the loader lists the main program first */
+  bool first = q->seen++ == 0;
+  bool holds = false;
+  for (size_t i = 0; i < info->dlpi_phnum && !holds; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    /* the mapping starts at the page that holds the segment's start */
+    uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    lo &= ~(uintptr_t)(fw_page_size_real ? fw_page_size_real - 1 : 4095);
+    holds = q->addr >= lo && q->addr < hi;
+  }
+  if (!holds) return 0;
+  q->found = true;
+  q->is_main = first;
+  for (size_t i = 0; i < info->dlpi_phnum && !q->id_len; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_NOTE) continue;
+    const uint8_t *p = (const uint8_t *)((uintptr_t)info->dlpi_addr + ph->p_vaddr);
+    q->id_len = fw_note_build_id(p, ph->p_memsz, ph->p_align == 8 ? 8 : 4, q->id, q->max);
+  }
+  return 1;
+}
+
+bool fw_os_object_at(uintptr_t addr, bool *is_main, uint8_t *id, size_t max, size_t *id_len) {
+  fw_object_query_t q = {addr, 0, false, false, id, max, 0};
+  dl_iterate_phdr(fw_object_phdr, &q);
+  if (!q.found) return false;
+  *is_main = q.is_main;
+  *id_len = q.id_len;
+  return true;
 }
 
 /* ---- faults in FW_PROBING functions -------------------------------------------- */

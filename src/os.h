@@ -86,8 +86,12 @@ FW_HIDDEN uint64_t fw_os_clock_ms(void);
  * or, where that is refused, a mix of the clock and address-space layout. */
 FW_HIDDEN void fw_os_random(void *buf, size_t n);
 FW_HIDDEN void fw_os_sleep_ms(unsigned ms);
-/* Writes all of s to fd (2: standard error), ignoring errors. */
-FW_HIDDEN void fw_os_write(int fd, const char *s, size_t n);
+/* Nanoseconds since the epoch, by the wall clock (time stamps of reports). */
+FW_HIDDEN int64_t fw_os_time_ns(void);
+/* Writes all of s to fd (2: standard error), going on after short writes
+ * and interrupted calls. False if the OS refused the rest (a full disk, a
+ * closed pipe); callers with nowhere to report that ignore it. */
+FW_HIDDEN bool fw_os_write(int fd, const char *s, size_t n);
 FW_HIDDEN const char *fw_os_getenv(const char *name);
 FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
 
@@ -130,6 +134,27 @@ FW_HIDDEN size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t ski
 FW_HIDDEN bool fw_os_code_range(const void *fn, uintptr_t *lo, uintptr_t *hi);
 /* Writes "symbol+0xoff (object)" or "object+0xoff" for a code address. */
 FW_HIDDEN void fw_os_describe_pc(uintptr_t pc, char *buf, size_t n);
+
+/* ---- the loaded code (reports that outlive the process) ------------------
+ * fw_os_mappings calls fn for every mapping of the process that is
+ * executable and backed by a file (its path starts with '/'; " (deleted)"
+ * stays appended to a file that was removed), in address order: [start,
+ * end), the offset in the file of start, and the path, valid during the
+ * call only. It reads /proc/self/maps through a scratch mapping (no
+ * allocation); a line longer than that buffer (16 KiB: only a path through
+ * directories nested past PATH_MAX is that long) is left out whole, and so
+ * is a file offset beyond uintptr_t. False if the list could not be read,
+ * or not to its end (fn may have been called for some mappings). */
+FW_HIDDEN bool fw_os_mappings(void (*fn)(uintptr_t start, uintptr_t end, uintptr_t offset, const char *path,
+                                         void *arg),
+                              void *arg);
+/* The loaded object (program or shared library) one of whose executable
+ * segments holds addr, as the dynamic loader lists them (no allocation):
+ * *is_main tells whether it is the main program, and id receives up to max
+ * bytes of its GNU build ID (the NT_GNU_BUILD_ID note), *id_len their
+ * number (0 if it has none). False, with nothing set, if no loaded object
+ * holds addr. */
+FW_HIDDEN bool fw_os_object_at(uintptr_t addr, bool *is_main, uint8_t *id, size_t max, size_t *id_len);
 
 /* Functions that read memory through a pointer the caller passed before
  * anything has validated it (the free fast path reads the slice descriptor

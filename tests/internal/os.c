@@ -1,8 +1,10 @@
 /* os.c — the OS layer's contracts (os.h): fw_os_map's placement, fw_os_purge
  * (zero over exactly the range, whole pages dropped, partial pages cleared
  * by writing, nothing done on locked memory) including a pretended 64 KiB
- * page, the recursive lock, and the quick stack walk (the same frames as
- * the unwinder's, or a refusal). */
+ * page, the recursive lock, the quick stack walk (the same frames as
+ * the unwinder's, or a refusal), and the list of executable mappings (the
+ * same as stdio reads from /proc/self/maps, with paths of 4 and 20 KiB)
+ * with the loaded objects' build IDs (the same as the file's notes). */
 #include "itest.h"
 #include "os.h"
 #include <pthread.h>
@@ -13,6 +15,8 @@
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -469,12 +473,213 @@ static void t_os_backtrace_skip(void) {
   bt_skip_mid(lo, hi);
 }
 
+/* ---- the loaded code ------------------------------------------------------- */
+typedef struct {
+  uintptr_t start, end, offset;
+  char *path;
+} map_entry;
+
+typedef struct {
+  map_entry *e;
+  size_t n;
+} map_list;
+
+static void map_add(map_list *l, uintptr_t start, uintptr_t end, uintptr_t offset, const char *path) {
+  l->e = realloc(l->e, (l->n + 1) * sizeof *l->e);
+  CHECK(l->e != NULL);
+  l->e[l->n++] = (map_entry){start, end, offset, strdup(path)};
+}
+
+static void map_collect(uintptr_t start, uintptr_t end, uintptr_t offset, const char *path, void *arg) {
+  map_add(arg, start, end, offset, path);
+}
+
+static void map_list_free(map_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->e[i].path);
+  free(l->e);
+  l->e = NULL;
+  l->n = 0;
+}
+
+/* The same list read with stdio: executable mappings of a file. */
+static map_list maps_by_stdio(void) {
+  map_list l = {NULL, 0};
+  FILE *f = fopen("/proc/self/maps", "r");
+  CHECK(f != NULL);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  while ((len = getline(&line, &cap, f)) > 0) {
+    if (line[len - 1] == '\n') line[--len] = 0;
+    unsigned long long start, end, offset;
+    char perms[8];
+    int at = 0;
+    CHECK(sscanf(line, "%llx-%llx %7s %llx %*s %*s %n", &start, &end, perms, &offset, &at) == 4);
+    if (perms[2] != 'x' || line[at] != '/') continue;
+    map_add(&l, (uintptr_t)start, (uintptr_t)end, (uintptr_t)offset, line + at);
+  }
+  free(line);
+  fclose(f);
+  return l;
+}
+
+static bool map_same(const map_entry *a, const map_entry *b) {
+  return a->start == b->start && a->end == b->end && a->offset == b->offset && strcmp(a->path, b->path) == 0;
+}
+
+/* A file whose path is about len bytes long, made of nested directories
+ * under dir, mapped executable; NULL if the file system refuses to map it
+ * so. *path receives the path. */
+static void *long_path_map(const char *dir, size_t len, char **path) {
+  int home = open(".", O_RDONLY | O_DIRECTORY);
+  CHECK(home >= 0);
+  CHECK(chdir(dir) == 0);
+  size_t cap = len + 512, n = (size_t)snprintf(*path = malloc(cap), cap, "%s", dir);
+  char comp[201];
+  memset(comp, 'd', 200);
+  comp[200] = 0;
+  while (n + 202 < len) {
+    CHECK(mkdir(comp, 0700) == 0 && chdir(comp) == 0);
+    n += (size_t)snprintf(*path + n, cap - n, "/%s", comp);
+  }
+  int fd = open("f", O_RDWR | O_CREAT | O_TRUNC, 0600);
+  CHECK(fd >= 0);
+  snprintf(*path + n, cap - n, "/f");
+  CHECK(ftruncate(fd, (off_t)real_page()) == 0);
+  void *p = mmap(NULL, real_page(), PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+  close(fd);
+  CHECK(fchdir(home) == 0);
+  close(home);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Removes what long_path_map made under dir. */
+static void long_path_remove(const char *dir) {
+  int home = open(".", O_RDONLY | O_DIRECTORY);
+  CHECK(home >= 0 && chdir(dir) == 0);
+  size_t depth = 0;
+  char comp[201];
+  memset(comp, 'd', 200);
+  comp[200] = 0;
+  while (chdir(comp) == 0) depth++;
+  unlink("f");
+  for (; depth; depth--) CHECK(chdir("..") == 0 && rmdir(comp) == 0);
+  CHECK(fchdir(home) == 0);
+  close(home);
+}
+
+/* The GNU build ID in the notes of the ELF file at path, read from the
+ * file; its length (0: none). */
+static size_t file_build_id(const char *path, uint8_t *id, size_t max) {
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  CHECK(fseek(f, 0, SEEK_END) == 0);
+  long size = ftell(f);
+  CHECK(size > 0 && fseek(f, 0, SEEK_SET) == 0);
+  uint8_t *b = malloc((size_t)size);
+  CHECK(b && fread(b, 1, (size_t)size, f) == (size_t)size);
+  fclose(f);
+  const ElfW(Ehdr) *eh = (const void *)b;
+  size_t got = 0;
+  for (size_t i = 0; i < eh->e_phnum && !got; i++) {
+    const ElfW(Phdr) *ph = (const void *)(b + eh->e_phoff + i * eh->e_phentsize);
+    if (ph->p_type != PT_NOTE) continue;
+    size_t align = ph->p_align == 8 ? 8 : 4;
+    for (size_t at = 0; at + sizeof(ElfW(Nhdr)) <= ph->p_filesz && !got;) {
+      const ElfW(Nhdr) *nh = (const void *)(b + ph->p_offset + at);
+      size_t name = at + sizeof *nh, desc = (name + nh->n_namesz + align - 1) / align * align;
+      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(b + ph->p_offset + name, "GNU", 4) == 0) {
+        got = nh->n_descsz < max ? nh->n_descsz : max;
+        memcpy(id, b + ph->p_offset + desc, got);
+      }
+      at = (desc + nh->n_descsz + align - 1) / align * align;
+    }
+  }
+  free(b);
+  return got;
+}
+
+static void t_os_mappings(void) {
+  fw_os_init();
+  /* a path of 4 KiB (a line read in pieces) and one of 20 KiB (a line
+   * longer than the buffer: left out, and the lines after it still read) */
+  const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char dir[4][512];
+  char *long_path[2] = {NULL, NULL};
+  void *long_map[2] = {NULL, NULL};
+  const size_t long_len[2] = {4000, 20000};
+  for (int i = 0; i < 2; i++) {
+    snprintf(dir[i], sizeof dir[i], "%s/fw-maps-XXXXXX", tmp);
+    CHECK(mkdtemp(dir[i]) != NULL);
+    long_map[i] = long_path_map(dir[i], long_len[i], &long_path[i]);
+    if (!long_map[i]) printf("note: %s refuses executable mappings; no long paths checked\n", tmp);
+  }
+
+  map_list mine = {NULL, 0};
+  CHECK(fw_os_mappings(map_collect, &mine));
+  map_list ref = maps_by_stdio();
+  size_t j = 0;
+  bool seen_long[2] = {false, false};
+  for (size_t i = 0; i < ref.n; i++) {
+    bool too_long = strlen(ref.e[i].path) > 8 << 10;  /* the 20 KiB one */
+    for (int k = 0; k < 2; k++) seen_long[k] |= long_path[k] && strcmp(ref.e[i].path, long_path[k]) == 0;
+    if (too_long) continue;
+    CHECKF(j < mine.n && map_same(&ref.e[i], &mine.e[j]), "mapping %zu: %s %#lx-%#lx, fw_os_mappings: %s", i,
+           ref.e[i].path, (unsigned long)ref.e[i].start, (unsigned long)ref.e[i].end,
+           j < mine.n ? mine.e[j].path : "(none)");
+    j++;
+  }
+  CHECKF(j == mine.n, "fw_os_mappings gave %zu mappings, /proc/self/maps has %zu", mine.n, j);
+  for (int k = 0; k < 2; k++)
+    CHECKF(!long_map[k] || seen_long[k], "the mapping of %zu-byte path is not in /proc/self/maps", long_len[k]);
+
+  /* this program's code, under the path of /proc/self/exe */
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  CHECK(n > 0);
+  exe[n] = 0;
+  uintptr_t here = (uintptr_t)t_os_mappings;
+  bool found = false;
+  for (size_t i = 0; i < mine.n; i++)
+    if (here >= mine.e[i].start && here < mine.e[i].end) {
+      CHECKF(strcmp(mine.e[i].path, exe) == 0, "%s holds this program's code, not %s", mine.e[i].path, exe);
+      found = true;
+    }
+  CHECK(found);
+  map_list_free(&mine);
+  map_list_free(&ref);
+  for (int k = 0; k < 2; k++) {
+    if (long_map[k]) munmap(long_map[k], real_page());
+    long_path_remove(dir[k]);
+    CHECK(rmdir(dir[k]) == 0);
+    free(long_path[k]);
+  }
+
+  /* the objects: the program and its build ID, a library, no object */
+  uint8_t id[64], want[64];
+  size_t id_len = 99;
+  bool is_main = false;
+  CHECK(fw_os_object_at(here, &is_main, id, sizeof id, &id_len));
+  CHECK(is_main);
+  size_t want_len = file_build_id(exe, want, sizeof want);
+  CHECKF(id_len == want_len && memcmp(id, want, id_len) == 0, "build ID of %zu bytes, the file's has %zu", id_len,
+         want_len);
+  void *lib_fn = dlsym(RTLD_DEFAULT, "write");
+  CHECK(lib_fn != NULL);
+  CHECK(fw_os_object_at((uintptr_t)lib_fn, &is_main, id, sizeof id, &id_len));
+  CHECK(!is_main);
+  CHECK(id_len <= sizeof id);
+  int local = 0;
+  CHECK(!fw_os_object_at((uintptr_t)&local, &is_main, id, sizeof id, &id_len));
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"os_map", t_os_map},           {"os_map_subpage_offset", t_os_map_subpage_offset},
     {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
     {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
     {"os_backtrace", t_os_backtrace}, {"os_backtrace_skip", t_os_backtrace_skip},
+    {"os_mappings", t_os_mappings},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
