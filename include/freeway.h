@@ -177,6 +177,9 @@ FW_API void fw_stats_print_json(int fd);
 FW_API void fw_heap_map_json(int fd);
 FW_API void fw_leak_report_json(int fd);
 FW_API void fw_leak_report_print(int fd);
+/* The leak report as a pprof profile (leaked objects and bytes by call
+ * site; cautious mode only has the sites, elsewhere the stacks are empty). */
+FW_API void fw_leak_report_pprof(int fd);
 
 /* Option access by name (without the FREEWAY_ prefix, any case). Returns -1
  * and sets errno = EINVAL for an unknown name. */

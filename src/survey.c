@@ -31,6 +31,7 @@
 #include "options.h"
 #include "stats.h"
 #include "os.h"
+#include "pprof.h"
 #include <string.h>
 
 /* ---- the walk ---------------------------------------------------------------- */
@@ -490,6 +491,43 @@ static void fw_leaks_release(fw_leaks_t *lk) {
   if (lk->sites) fw_os_unmap(lk->sites, FW_SITES_MAX * sizeof(fw_site_t));
 }
 
+typedef struct {
+  fw_out_t *o;
+  bool first;
+} fw_mapping_ctx_t;
+
+static void fw_leak_mapping(uintptr_t start, uintptr_t end, uintptr_t offset, const char *path, void *arg) {
+  fw_mapping_ctx_t *mc = arg;
+  fw_out_printf(mc->o, "%s\n  {\"start\": \"%#lx\", \"end\": \"%#lx\", \"offset\": \"%#lx\", \"path\": \"",
+                mc->first ? "" : ",", (unsigned long)start, (unsigned long)end, (unsigned long)offset);
+  for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+    if (*c == '"' || *c == '\\') fw_out_printf(mc->o, "\\%c", *c);
+    else if (*c < 0x20) fw_out_printf(mc->o, "\\u%04x", *c);
+    else fw_out_printf(mc->o, "%c", *c);
+  }
+  fw_out_printf(mc->o, "\"}");
+  mc->first = false;
+}
+
+/* Cautious mode's leak report as a pprof profile: objects and bytes per
+ * allocation site (docs/observability.md). */
+void fw_leak_report_pprof(int fd) {
+  fw_leaks_t lk;
+  fw_leaks_collect(&lk);
+  static const char *const types[2][2] = {{"leaked_objects", "count"}, {"leaked_space", "bytes"}};
+  static const char *const period[2] = {"space", "bytes"};
+  fw_pprof_t *pp = fw_pprof_new(types, 2, period, 1);
+  if (pp) {
+    for (size_t i = 0; i < lk.nsites; i++) {
+      int64_t v[2] = {(int64_t)lk.sites[i].blocks, (int64_t)lk.sites[i].bytes};
+      fw_pprof_add(pp, lk.sites[i].pcs, lk.sites[i].npcs, v);
+    }
+    if (!fw_pprof_write(pp, fd)) fw_message("warning: the leak profile could not be written whole\n");
+    fw_pprof_free(pp);
+  }
+  fw_leaks_release(&lk);
+}
+
 void fw_leak_report_json(int fd) {
   fw_leaks_t lk;
   fw_leaks_collect(&lk);
@@ -507,7 +545,9 @@ void fw_leak_report_json(int fd) {
     fw_out_printf(&o, "]}");
   }
   fw_out_printf(&o, "\n ],\n \"mappings\": [");
-  fw_out_printf(&o, "]\n}\n");
+  fw_mapping_ctx_t mc = {&o, true};
+  fw_os_mappings(fw_leak_mapping, &mc);
+  fw_out_printf(&o, "\n ]\n}\n");
   fw_out_flush(&o);
   fw_leaks_release(&lk);
 }
@@ -540,12 +580,13 @@ void fw_leak_report_print(int fd) {
 
 /* ---- at exit --------------------------------------------------------------------- */
 
-/* Writes one report into FREEWAY_REPORT_DIR as freeway-PID-KIND.json. */
+/* Writes one report into FREEWAY_REPORT_DIR as freeway-PID-KIND (KIND
+ * with its extension). */
 static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
   const char *dir = fw_topt(REPORT_DIR);
   if (!dir) return;
   char path[1200];
-  fw_snprintf(path, sizeof path, "%s/freeway-%ld-%s.json", dir, fw_os_pid(), kind);
+  fw_snprintf(path, sizeof path, "%s/freeway-%ld-%s", dir, fw_os_pid(), kind);
   int fd = fw_os_create(path);
   if (fd < 0) {
     fw_message("warning: cannot write the %s report to %s\n", kind, path);
@@ -559,15 +600,16 @@ static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
 static void fw_survey_dump(bool always_stats) {
   if (fw_opt(LEAK_REPORT)) {
     fw_leak_report_print(2);
-    fw_report_file("leaks", fw_leak_report_json);
+    fw_report_file("leaks.json", fw_leak_report_json);
+    if (fw_cautious) fw_report_file("leaks.pb", fw_leak_report_pprof);
   }
   if (fw_opt(SHOW_STATS) || always_stats) {
     fw_stats_print(2);
-    fw_report_file("stats", fw_stats_print_json);
+    fw_report_file("stats.json", fw_stats_print_json);
   }
   if (fw_opt(HEAP_MAP)) {
     if (!fw_topt(REPORT_DIR)) fw_message("warning: FREEWAY_HEAP_MAP=1 needs FREEWAY_REPORT_DIR: no map written\n");
-    fw_report_file("map", fw_heap_map_json);
+    fw_report_file("map.json", fw_heap_map_json);
   }
 }
 

@@ -11,6 +11,7 @@ Environment: FREEWAY_LIB (libfreeway.so) and OBS_PROG (the obs_prog binary).
 import glob
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -30,7 +31,7 @@ def run(extra_env):
     p = subprocess.run([PROG, sites_file], env=env, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         raise AssertionError("obs_prog failed (%d): %s" % (p.returncode, p.stderr))
-    reports = {}
+    reports = {"dir": d}
     for kind in ("stats", "leaks", "map"):
         files = glob.glob(os.path.join(d, "freeway-*-%s.json" % kind))
         if len(files) != 1:
@@ -160,6 +161,22 @@ class CautiousLeaks(unittest.TestCase):
         self.assertEqual(found.get("site_small"), (10000, 10000 * 100))
         self.assertEqual(found.get("site_thread"), (1000, 1000 * 300))
         self.assertEqual(found.get("site_big"), (2, 300000 + (3 << 20)))
+
+    def test_pprof(self):
+        # the same sites in the leak profile, read by go tool pprof
+        files = glob.glob(os.path.join(self.rep["dir"], "freeway-*-leaks.pb"))
+        self.assertEqual(len(files), 1, files)
+        if shutil.which("go") is None:
+            self.skipTest("go is not installed: the profile is not read back")
+        out = subprocess.run(["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=leaked_objects", PROG, files[0]],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = {}
+        for line in out.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f[-1] in ("site_small", "site_thread", "site_big"):
+                rows[f[-1]] = int(f[0])
+        self.assertEqual(rows, {"site_small": 10000, "site_thread": 1000, "site_big": 2}, out.stdout)
 
     def test_ledger_still_adds_up(self):
         lines = {l["line"]: l["bytes"] for l in self.rep["stats"]["ledger"]}
