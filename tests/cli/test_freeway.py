@@ -204,7 +204,8 @@ class RunTest(unittest.TestCase):
         self.assertEqual(os.listdir(self.tmp), [])
 
     def test_default_report_dir(self):
-        rc, out, err = freeway("run", "--stats", "--", *PRINT_ENV, cwd=self.tmp)
+        # --quiet: the environment is the last line of the output
+        rc, out, err = freeway("run", "--stats", "--quiet", "--", *PRINT_ENV, cwd=self.tmp)
         self.assertEqual(rc, 0, err)
         made = os.listdir(self.tmp)
         self.assertEqual(len(made), 1)
@@ -242,19 +243,6 @@ class RunTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertGreaterEqual(int(out.strip()), 1)
 
-    def test_real_library_reports(self):
-        """Whatever the library writes at exit renders (the formats of
-        docs/observability.md)."""
-        rc, out, err = freeway("run", "--stats", "--leaks", "--map", "--out", "rep", "--",
-                               sys.executable, "-c", "x = [bytearray(100) for i in range(1000)]",
-                               cwd=self.tmp)
-        self.assertEqual(rc, 0, err)
-        self.assertNotIn("error", err)
-        written = [n for n in os.listdir(os.path.join(self.tmp, "rep"))
-                   if n.endswith(".json")]
-        if written:
-            self.assertIn("==> ", out)
-
     def test_renders_what_the_run_wrote(self):
         """Every report the run wrote is rendered, one set per process;
         reports already in the directory are not; the map is drawn."""
@@ -267,7 +255,10 @@ class RunTest(unittest.TestCase):
                 "pid = os.getpid()\n"
                 "for p, kind, src in ((pid, 'stats', 'stats.json'), (pid, 'leaks', 'leaks.json'),\n"
                 "                     (pid, 'map', 'map.json'), (pid + 1, 'stats', 'stats.json')):\n"
-                "    shutil.copy(os.path.join(f, src), os.path.join(d, 'freeway-%d-%s.json' % (p, kind)))\n")
+                "    shutil.copy(os.path.join(f, src), os.path.join(d, 'freeway-%d-%s.json' % (p, kind)))\n"
+                # without the exit handlers, where the library would write
+                # its own reports over the copies
+                "os._exit(0)\n")
         rc, out, err = freeway("run", "--stats", "--leaks", "--map", "--out", out_dir, "--",
                                sys.executable, "-c", prog, FIXTURES, cwd=self.tmp)
         self.assertEqual(rc, 0, err)
@@ -296,13 +287,28 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         return out
 
+    def variant(self, name, change):
+        """A copy of fixture NAME changed by change(report), in a temporary
+        file (removed at the end of the test); returns its path."""
+        with open(fixture(name)) as f:
+            report = json.load(f)
+        change(report)
+        d = tempfile.mkdtemp(prefix="fwt-cli-")
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            json.dump(report, f)
+        return path
+
     def test_stats(self):
         out = self.report(fixture("stats.json"))
         self.assertIn("freeway-stats  pid 4242  freeway 0.1.0", out)
-        self.assertRegex(out, r"live blocks +4\.0 MiB +50\.0% +4194304 +block space")
+        self.assertRegex(out, r"live blocks +4\.0 MiB +50\.0% +4194304 +the block sizes")
         self.assertRegex(out, r"metadata +768\.0 KiB +9\.4% +786432")
+        self.assertRegex(out, r"unaccounted +0 B +0\.0% +0 ")
         self.assertRegex(out, r"total +8\.0 MiB +100\.0% +8388608 += process\.committed")
         self.assertNotIn("MISMATCH", out)
+        self.assertNotIn("snapshot", out)
         # Size classes: block size, pages, blocks, live blocks, live bytes, fill.
         self.assertRegex(out, r"16 B +2 +8192 +4096 +64\.0 KiB +50\.0%")
         self.assertRegex(out, r"1024 B +4 +256 +192 +192\.0 KiB +75\.0%")
@@ -310,8 +316,10 @@ class ReportTest(unittest.TestCase):
         self.assertLess(out.index("16 B"), out.index("1024 B"))
         self.assertRegex(out, r"rss +5\.0 MiB")
         self.assertRegex(out, r"reserved +1\.0 GiB")
-        self.assertIn("3 segments (1 abandoned), 2 threads (5 in all), 2 heaps, 1 huge block", out)
-        self.assertIn("purge_delay=10", out)
+        self.assertIn("3 segments (1 abandoned), 2 threads (5 in all), 1 arena, 2 heaps, "
+                      "1 huge block", out)
+        self.assertIn("Options: purge_delay=10, cautious=0, verbose=0, report_dir=\"/tmp/report\"",
+                      out)
 
     def test_stats_mismatch(self):
         out = self.report(fixture("stats-mismatch.json"))
@@ -319,11 +327,32 @@ class ReportTest(unittest.TestCase):
         self.assertIn("MISMATCH", out)
         self.assertIn("process.committed is 9437184 (9.0 MiB): 1048576 bytes (1.0 MiB) unexplained",
                       out)
+        # A text option that is not set.
+        self.assertIn("report_dir=(unset)", out)
+
+    def test_stats_unaccounted(self):
+        """A report made while other threads changed the heap: the walk
+        found 12 KiB twice, so the unaccounted line is negative and the
+        lines still add up to the committed memory."""
+        def moved(r):
+            for line in r["ledger"]:
+                if line["line"] == "live blocks":
+                    line["bytes"] += 12288
+                if line["line"] == "unaccounted":
+                    line["bytes"] = -12288
+        out = self.report(self.variant("stats.json", moved))
+        self.assertRegex(out, r"unaccounted +-12\.0 KiB +-0\.1% +-12288 ")
+        self.assertRegex(out, r"total +8\.0 MiB +100\.0% +8388608 += process\.committed")
+        self.assertNotIn("MISMATCH", out)
+        self.assertIn("the walk found 12.0 KiB (12288 bytes) twice: other threads changed the heap",
+                      out)
 
     def test_leaks(self):
         out = self.report(fixture("leaks.json"))
         self.assertIn("Live blocks: 5 blocks, 1.3 KiB (1300 bytes)", out)
-        self.assertIn("exact", out)
+        self.assertIn("exact: every live block's allocation site is known", out)
+        self.assertIn("2 allocation sites, holding 1.3 KiB (1300 bytes)", out)
+        self.assertNotIn("not listed", out)
         # Largest site first; no binary to read, so file offsets:
         # 0x55d0c0a01234 - 0x55d0c0a00000 + 0x1000.
         self.assertLess(out.index("#1  1000 B in 2 blocks, 76.9%"), out.index("#2  300 B in 3 blocks"))
@@ -334,14 +363,46 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Top 1 sites", out)
         self.assertNotIn("#2", out)
 
+    def test_leaks_without_mappings(self):
+        """No mappings recorded: the raw addresses, and no error."""
+        out = self.report(self.variant("leaks.json", lambda r: r.update(mappings=[])))
+        lines = out.splitlines()
+        for a in ("0x55d0c0a01234", "0x55d0c0a05678", "0x7f00deadbeef"):
+            self.assertIn("      " + a, lines)
+        self.assertNotIn("in no mapping", out)
+        self.assertIn("note: the report records no executable mappings", out)
+
+    def test_leaks_by_size(self):
+        """Without cautious mode the sites are block sizes."""
+        out = self.report(fixture("leaks-sizes.json"))
+        self.assertIn("Live blocks: 1006 blocks, 621.6 KiB (636480 bytes)", out)
+        self.assertIn("by block size: allocation sites are recorded in cautious mode only", out)
+        self.assertIn("3 block sizes, holding 621.4 KiB (636288 bytes)", out)
+        self.assertIn("3 blocks not listed", out)
+        self.assertNotIn("(no stack recorded)", out)
+        rows = [re.search(r"^  (\d+ blocks? of \d+ bytes) +(\S+ \S+) +(\S+)$", line, re.M)
+                for line in out.splitlines()]
+        self.assertEqual([m.groups() for m in rows if m],
+                         [("1 block of 327680 bytes", "320.0 KiB", "51.5%"),
+                          ("2 blocks of 98304 bytes", "192.0 KiB", "30.9%"),
+                          ("1000 blocks of 112 bytes", "109.4 KiB", "17.6%")])
+        out = self.report("--top", "2", fixture("leaks-sizes.json"))
+        self.assertIn("Top 2 block sizes", out)
+        self.assertNotIn("of 112 bytes", out)
+
     def test_map_text(self):
         out = self.report(fixture("map.json"))
-        self.assertIn("2 arenas (2.0 GiB reserved); 3 segments", out)
-        # kind, segments, abandoned, page/free/purged slices, size, live, fill
-        self.assertRegex(out, r"small +1 +0 +2 +3 +59 +4\.0 MiB +32\.0 KiB +25\.0%")
-        self.assertRegex(out, r"medium +1 +1 +8 +0 +56 +4\.0 MiB +256\.0 KiB +50\.0%")
-        self.assertRegex(out, r"large +1 +0 +32 +32 +0 +4\.0 MiB +2\.0 MiB +100\.0%")
-        self.assertRegex(out, r"total +3 +1 +42 +35 +115 +12\.0 MiB")
+        self.assertIn("2 arenas (2.0 GiB reserved); 4 segments", out)
+        # kind, segments, abandoned, page/cached/free/purged slices, size, live, fill
+        self.assertRegex(out, r"small +1 +0 +2 +0 +3 +59 +4\.0 MiB +32\.0 KiB +25\.0%")
+        self.assertRegex(out, r"medium +1 +1 +8 +0 +0 +56 +4\.0 MiB +256\.0 KiB +50\.0%")
+        self.assertRegex(out, r"span +1 +0 +5 +5 +6 +48 +4\.0 MiB +256\.0 KiB +100\.0%")
+        self.assertRegex(out, r"large +1 +0 +128 +0 +0 +0 +8\.0 MiB +8\.0 MiB +100\.0%")
+        self.assertRegex(out, r"total +4 +1 +143 +5 +9 +163 +20\.0 MiB")
+        self.assertLess(out.index("medium "), out.index("span "))
+        self.assertLess(out.index("span "), out.index("large "))
+        self.assertIn("1 segment advised transparent huge pages", out)
+        self.assertIn("Huge blocks: 1, 16.0 MiB (16777216 bytes)", out)
 
     def check_svg(self, svg, report):
         """One titled rect per run of slices, and a fill rect over each page
@@ -363,20 +424,41 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(svg.tag, SVG + "svg")
         titled = self.check_svg(svg, report)
         tips = [r.find(SVG + "title").text for r in titled]
-        self.assertIn("slice 0, 64.0 KiB at 0x7f0000400000: small page, 64 B blocks: "
-                      "512/1024 used (50.0%), 1024 reserved", tips)
-        self.assertIn("slices 5-63, 3.7 MiB at 0x7f0000450000: purged (returned to the OS)", tips)
+        for tip in ("slice 0, 64.0 KiB at 0x7f0000400000: small page, 64 B blocks: "
+                    "512/1024 used (50.0%), 1024 reserved",
+                    "slices 5-63, 3.7 MiB at 0x7f0000450000: purged (returned to the OS)",
+                    "slice 0, 64.0 KiB at 0x7f0000800000: no blocks (the segment's header, "
+                    "or a guard)",
+                    "slices 1-4, 256.0 KiB at 0x7f0000810000: large block of 256.0 KiB "
+                    "(262144 bytes), live",
+                    "slices 5-9, 320.0 KiB at 0x7f0000850000: cached: a freed large block of "
+                    "320.0 KiB (327680 bytes) kept for reuse",
+                    "slices 0-127, 8.0 MiB at 0x7f0000c00000: large block of 8.0 MiB "
+                    "(8376320 bytes), live"):
+            self.assertIn(tip, tips)
         classes = [r.get("class") for r in titled]
         # Rows by arena then address; runs by slice index; class by state and kind.
-        self.assertEqual(classes, ["S", "S", "F", "P", "Lf", "F", "M", "P"])
+        self.assertEqual(classes, ["S", "S", "F", "P", "H", "Nf", "C", "F", "P", "Lf", "M", "P"])
+        # The large segment (two segments' worth) is squeezed into one row.
+        widths = [float(r.get("width")) for r in titled]
+        self.assertAlmostEqual(widths[9], sum(widths[:4]), places=1)
         text = "".join(svg.itertext())
         # Grouped by arena, by address: the medium segment's arena is last.
-        order = [text.index(a) for a in ("arena 0x7f0000000000", "0x7f0000400000 S",
-                                         "0x7f0000800000 L", "arena 0x7f8000000000",
-                                         "0x7f8000000000 M")]
+        order = [text.index(a) for a in ("arena 0x7f0000000000", "0x7f0000400000 small",
+                                         "0x7f0000800000 span", "0x7f0000c00000 large",
+                                         "arena 0x7f8000000000", "0x7f8000000000 medium")]
         self.assertEqual(order, sorted(order))
-        for word in ("small page", "medium page", "large block", "free", "purged"):
+        self.assertIn("abandoned", text)
+        self.assertIn("owner 0x0", text)
+        self.assertIn("transparent huge pages", text)
+        self.assertIn("huge blocks: 1, 16.0 MiB", text)
+        # The legend names every colour the rows use, and the style has one.
+        style = svg.find(SVG + "style").text
+        for cls, word in (("S", "small page"), ("M", "medium page"), ("N", "span's large block"),
+                          ("L", "large block"), ("C", "cached large block"),
+                          ("H", "header or guard"), ("F", "free"), ("P", "purged")):
             self.assertIn(word, text)
+            self.assertIn(".%s{" % cls, style)
 
     def test_map_html(self):
         with open(fixture("map.json")) as f:
@@ -395,8 +477,8 @@ class ReportTest(unittest.TestCase):
         report["arenas"] = [{"start": "0x7f0000000000", "size": 1 << 40}]
         report["segments"] = []
         for i in range(3000):
-            s = json.loads(json.dumps(base[i % 3]))
-            s["start"] = "0x%x" % (0x7f0000000000 + i * report["segment_size"])
+            s = json.loads(json.dumps(base[i % len(base)]))
+            s["start"] = "0x%x" % (0x7f0000000000 + 2 * i * report["segment_size"])
             report["segments"].append(s)
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump(report, f)
@@ -407,6 +489,28 @@ class ReportTest(unittest.TestCase):
         # Each run a rect with its title; each row a label and a group.
         self.assertLess(len(out), 200 * (runs + len(report["segments"])))
 
+    def test_real_reports(self):
+        """Reports the library wrote (fixtures/real: a run of a program
+        that left small blocks, a span block and large blocks live)."""
+        real = os.path.join(FIXTURES, "real")
+        out = self.report(real)
+        self.assertEqual(out.count("==> "), 3)
+        self.assertIn("= process.committed", out)
+        self.assertNotIn("MISMATCH", out)
+        self.assertRegex(out, r"112 B +18 +10197 +10000 +1\.1 MiB +98\.1%")
+        self.assertIn("10000 blocks of 112 bytes", out)
+        self.assertIn("1000 blocks of 320 bytes", out)
+        self.assertRegex(out, r"span +1 +0 +6 +0 +0 +58 +4\.0 MiB")
+        self.assertRegex(out, r"large +2 +0 +768 +0 +0 +0 +48\.0 MiB")
+        path = os.path.join(real, "freeway-9926-map.json")
+        with open(path) as f:
+            report = json.load(f)
+        self.check_svg(ET.fromstring(self.report("--svg", path)), report)
+        ET.fromstring(self.report("--html", path))
+        data = json.loads(self.report("--json", path))
+        # The library spells a null owner "0" (a segment no thread owns).
+        self.assertEqual([s["owner"] for s in data["segments"] if s["abandoned"]], ["0x0"])
+
     def test_json(self):
         data = json.loads(self.report("--json", fixture("leaks.json")))
         self.assertEqual(data["format"], "freeway-leaks")
@@ -415,8 +519,14 @@ class ReportTest(unittest.TestCase):
         data = json.loads(self.report("--json", fixture("stats.json"), fixture("map.json")))
         self.assertEqual([d["format"] for d in data], ["freeway-stats", "freeway-map"])
         self.assertEqual([c["block_size"] for c in data[0]["classes"]], [16, 1024, 0])
+        self.assertEqual(data[0]["ledger"][-1], {
+            "line": "unaccounted", "bytes": 0,
+            "note": "committed memory the walk did not find, or found twice: other threads "
+                    "changed the heap while it ran"})
         self.assertEqual([s["start"] for s in data[1]["segments"]],
-                         ["0x7f0000400000", "0x7f0000800000", "0x7f8000000000"])
+                         ["0x7f0000400000", "0x7f0000800000", "0x7f0000c00000", "0x7f8000000000"])
+        self.assertEqual(data[1]["segments"][3]["owner"], "0x0")
+        self.assertEqual(data[1]["huge"], {"blocks": 1, "bytes": 16777216})
 
     def test_directory(self):
         with tempfile.TemporaryDirectory() as d:
@@ -435,8 +545,18 @@ class ReportTest(unittest.TestCase):
                 with open(path, "w") as f:
                     f.write(text)
                 return path
-            with open(fixture("stats.json")) as f:
-                stats = json.load(f)
+
+            def load(name):
+                with open(fixture(name)) as f:
+                    return json.load(f)
+            stats, leaks = load("stats.json"), load("leaks-sizes.json")
+            old_huge = dict(load("map.json"), huge=[{"start": "0x7f2000000000", "size": 1 << 24}])
+            bad_kind = load("map.json")
+            bad_kind["segments"][1]["kind"] = "tiny"
+            bad_state = load("map.json")
+            bad_state["segments"][2]["slices"][2]["state"] = "lost"
+            no_size = load("leaks-sizes.json")
+            del no_size["sites"][1]["block_size"]
             cases = [
                 (write("other.json", '{"format": "something-else", "version": 1}'),
                  "unknown report format \"something-else\""),
@@ -445,12 +565,28 @@ class ReportTest(unittest.TestCase):
                 (write("noledger.json", json.dumps({k: v for k, v in stats.items()
                                                     if k != "ledger"})),
                  "missing field 'ledger'"),
+                (write("badopt.json", json.dumps(dict(stats, options={"purge_delay": [1]}))),
+                 "options.purge_delay: is not a number, a string or null"),
+                (write("oldhuge.json", json.dumps(old_huge)), "huge: is not an object"),
+                (write("kind.json", json.dumps(bad_kind)),
+                 "segments[1].kind: is 'tiny', not one of small, medium, span, large"),
+                (write("state.json", json.dumps(bad_state)),
+                 "segments[2].slices[2].state: is 'lost', not one of page, cached, free, purged"),
+                (write("nosize.json", json.dumps(no_size)),
+                 "sites[1]: missing field 'block_size'"),
+                (write("nounlisted.json", json.dumps({k: v for k, v in leaks.items()
+                                                      if k != "unlisted_blocks"})),
+                 "missing field 'unlisted_blocks'"),
+                (write("badaddr.json", json.dumps(dict(leaks, sites=[
+                    {"blocks": 1, "bytes": 8, "block_size": 8, "stack": ["12"]}]))),
+                 "sites[0].stack[0]: is not an address string"),
                 (os.path.join(d, "absent.json"), "No such file"),
             ]
             for path, msg in cases:
                 rc, out, err = freeway("report", path)
                 self.assertEqual(rc, 1, path)
                 self.assertIn(msg, err, path)
+                self.assertIn(path, err)
             rc, _, err = freeway("report", "--svg", fixture("stats.json"))
             self.assertEqual(rc, 1)
             self.assertIn("heap maps", err)
@@ -545,7 +681,7 @@ class SymbolTest(unittest.TestCase):
         inside = bias + value + size // 2
         report = {
             "format": "freeway-leaks", "version": 1, "freeway": "0.1.0", "pid": 1, "time_ms": 0,
-            "exact": True, "blocks": 1, "bytes": 100,
+            "exact": True, "blocks": 1, "bytes": 100, "unlisted_blocks": 0,
             "sites": [{"blocks": 1, "bytes": 100, "stack": ["0x%x" % inside]}],
             "mappings": [{"start": "0x%x" % lo, "end": "0x%x" % hi, "offset": "0x%x" % off,
                           "path": real} for lo, hi, off, x in maps if x],
@@ -574,6 +710,179 @@ class SymbolTest(unittest.TestCase):
     @unittest.skipUnless(shutil.which("addr2line"), "no addr2line")
     def test_fixed_address(self):
         self.check(self.build("leaky-nopie", ["-fno-pie", "-no-pie"]), True)
+
+
+# A program that leaves known blocks live at exit: HOLD_BLOCKS blocks of
+# HOLD_SIZE bytes (a size class of its own: the program allocates nothing
+# else of that size) and one block of SPAN_SIZE bytes, which is over the
+# largest size class and under 2 MiB, so in a span segment.
+HOLD_BLOCKS, HOLD_SIZE, SPAN_SIZE = 777, 1792, 200000
+HOLD_C = r"""
+#include <stdlib.h>
+#include <string.h>
+
+static void *fwt_held[%(blocks)d + 1];
+
+__attribute__((noinline)) void fwt_cli_hold_blocks(void)
+{
+    for (int i = 0; i < %(blocks)d; i++) {
+        fwt_held[i] = malloc(%(size)d);
+        if (!fwt_held[i])
+            exit(1);
+        memset(fwt_held[i], 0x5a, %(size)d);
+    }
+}
+
+__attribute__((noinline)) void fwt_cli_hold_span(void)
+{
+    fwt_held[%(blocks)d] = malloc(%(span)d);
+    if (!fwt_held[%(blocks)d])
+        exit(1);
+    memset(fwt_held[%(blocks)d], 0x5a, 64);
+}
+
+int main(void)
+{
+    fwt_cli_hold_blocks();
+    fwt_cli_hold_span();
+    return 0;
+}
+""" % {"blocks": HOLD_BLOCKS, "size": HOLD_SIZE, "span": SPAN_SIZE}
+
+
+@unittest.skipUnless(LIB and os.path.isfile(LIB), "FREEWAY_LIB does not name the built library")
+@unittest.skipUnless(compiler(), "no C compiler: the real library's reports not tested")
+class RealRunTest(unittest.TestCase):
+    """freeway run through the real library, on a program that leaves known
+    blocks live: what the library writes renders, and shows them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+        src = os.path.join(cls.tmp, "hold.c")
+        with open(src, "w") as f:
+            f.write(HOLD_C)
+        cls.exe = os.path.join(cls.tmp, "hold")
+        p = subprocess.run([compiler(), "-g", "-O0", "-fno-omit-frame-pointer", "-o", cls.exe,
+                            src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            shutil.rmtree(cls.tmp)
+            raise unittest.SkipTest("cannot build the test program: %s" % p.stdout.decode()[-300:])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def run_hold(self, name, *flags):
+        """Runs the program under freeway with flags; returns (stdout, the
+        report directory, {kind: report})."""
+        out_dir = os.path.join(self.tmp, name)
+        rc, out, err = freeway("run", *flags, "--out", out_dir, "--", self.exe, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("freeway: error", err)
+        reports = {}
+        for n in os.listdir(out_dir):
+            m = re.match(r"^freeway-(\d+)-([a-z]+)\.json$", n)
+            if m:
+                self.assertNotIn(m.group(2), reports, "two %s reports" % m.group(2))
+                with open(os.path.join(out_dir, n)) as f:
+                    reports[m.group(2)] = json.load(f)
+        return out, out_dir, reports
+
+    def test_reports(self):
+        out, out_dir, reports = self.run_hold("rep", "--stats", "--leaks", "--map")
+        self.assertEqual(sorted(reports), ["leaks", "map", "stats"])
+        self.assertEqual(out.count("==> "), 3, out)
+
+        # The ledger adds up to the committed memory, with nothing unaccounted
+        # (one thread: nothing moved during the walk).
+        stats = reports["stats"]
+        ledger = {line["line"]: line["bytes"] for line in stats["ledger"]}
+        self.assertEqual(ledger["unaccounted"], 0)
+        self.assertEqual(sum(ledger.values()), stats["process"]["committed"])
+        self.assertGreaterEqual(ledger["live blocks"], HOLD_BLOCKS * HOLD_SIZE)
+        self.assertRegex(out, r"unaccounted +0 B +0\.0% +0 ")
+        self.assertRegex(out, r"total +\S+ \S+ +100\.0%% +%d += process\.committed"
+                         % stats["process"]["committed"])
+        self.assertNotIn("MISMATCH", out)
+        # The held blocks in the classes table: block size, pages, blocks,
+        # live blocks, live bytes.
+        self.assertRegex(out, r"(?m)^ +%d B +\d+ +\d+ +%d +%s +\d+\.\d%%$"
+                         % (HOLD_SIZE, HOLD_BLOCKS,
+                            re.escape(load_tool().human(HOLD_BLOCKS * HOLD_SIZE))))
+
+        # Without cautious mode, leaks by block size.
+        leaks = reports["leaks"]
+        self.assertIs(leaks["exact"], False)
+        self.assertIn("%d blocks of %d bytes" % (HOLD_BLOCKS, HOLD_SIZE), out)
+
+        # The map: every segment's slices covered once, in order; the held
+        # blocks in small pages; the span block in a span segment.
+        hmap = reports["map"]
+        self.assertEqual(hmap["huge"], {"blocks": 0, "bytes": 0})
+        slice_size = hmap["slice_size"]
+        held = 0
+        spans = []
+        for s in hmap["segments"]:
+            runs = sorted(s["slices"], key=lambda sl: sl["index"])
+            ends = [0] + [sl["index"] + sl["count"] for sl in runs]
+            self.assertEqual([sl["index"] for sl in runs], ends[:-1], s["start"])
+            self.assertEqual(ends[-1], s["size"] // slice_size, s["start"])
+            for sl in runs:
+                if sl["state"] == "page" and sl["block_size"] == HOLD_SIZE:
+                    self.assertIn(s["kind"], ("small", "medium"))
+                    held += sl["used"]
+                if s["kind"] == "span" and sl["state"] == "page" and sl["used"]:
+                    spans.append(sl["block_size"])
+        self.assertEqual(held, HOLD_BLOCKS)
+        self.assertEqual(len(spans), 1, hmap)
+        self.assertGreaterEqual(spans[0], SPAN_SIZE)
+        self.assertEqual(spans[0] % slice_size, 0)
+        self.assertIn("1 block of %d bytes" % spans[0], out)
+        self.assertRegex(out, r"(?m)^  span +1 +0 ")
+
+        # The drawings, written beside the reports.
+        for name in ("map.svg", "map.html"):
+            with open(os.path.join(out_dir, name)) as f:
+                doc = ET.fromstring(f.read())
+            svg = doc if doc.tag == SVG + "svg" else doc.find(".//" + SVG + "svg")
+            self.assertIsNotNone(svg, name)
+            text = "".join(svg.itertext())
+            self.assertRegex(text, r"0x[0-9a-f]+ span", name)
+            classes = [r.get("class") for r in svg.iter(SVG + "rect")
+                       if r.find(SVG + "title") is not None]
+            self.assertIn("Nf", classes, name)
+            self.assertEqual(len(classes), sum(len(s["slices"]) for s in hmap["segments"]), name)
+
+    def test_cautious_leaks(self):
+        out, _, reports = self.run_hold("cautious", "--leaks", "--cautious")
+        leaks = reports["leaks"]
+        self.assertIs(leaks["exact"], True)
+        by_count = {}
+        for s in leaks["sites"]:
+            self.assertNotIn("block_size", s)
+            self.assertLessEqual(len(s["stack"]), 4)
+            by_count.setdefault(s["blocks"], []).append(s)
+        # Exact sites: each stack one call site, bytes the sizes requested.
+        blocks = [s for s in by_count.get(HOLD_BLOCKS, []) if s["bytes"] == HOLD_BLOCKS * HOLD_SIZE]
+        span = [s for s in by_count.get(1, []) if s["bytes"] == SPAN_SIZE]
+        self.assertEqual((len(blocks), len(span)), (1, 1), leaks["sites"])
+        blocks, span = blocks[0], span[0]
+        self.assertTrue(blocks["stack"])
+        self.assertTrue(span["stack"])
+        self.assertNotEqual(blocks["stack"], span["stack"])
+        self.assertIn("in %d blocks" % HOLD_BLOCKS, out)
+        self.assertIn("%s in 1 block" % load_tool().sized(SPAN_SIZE), out)
+        for a in blocks["stack"] + span["stack"]:
+            self.assertIn("0x%x" % int(a, 16), out)
+        if not leaks["mappings"]:
+            self.assertIn("records no executable mappings", out)
+            self.skipTest("the leaks report records no mappings yet: the symbolised stacks of a "
+                          "real run are not checked")
+        if not shutil.which("addr2line"):
+            self.skipTest("no addr2line: the symbolised stacks of a real run are not checked")
+        self.assertRegex(out, r"0x[0-9a-f]+  fwt_cli_hold_blocks at .*hold\.c:\d+")
+        self.assertRegex(out, r"0x[0-9a-f]+  fwt_cli_hold_span at .*hold\.c:\d+")
 
 
 if __name__ == "__main__":
