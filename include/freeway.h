@@ -180,6 +180,10 @@ FW_API void fw_leak_report_print(int fd);
 /* The leak report as a pprof profile (leaked objects and bytes by call
  * site; cautious mode only has the sites, elsewhere the stacks are empty). */
 FW_API void fw_leak_report_pprof(int fd);
+/* With FREEWAY_PROFILE=1: writes the heap profile (sampled allocations by
+ * call site: allocated and in-use objects and bytes, in pprof's format) to
+ * path. 0 on success, -1 with errno if the file could not be written. */
+FW_API int fw_prof_dump(const char *path);
 
 /* Option access by name (without the FREEWAY_ prefix, any case). Returns -1
  * and sets errno = EINVAL for an unknown name. */

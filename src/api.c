@@ -61,6 +61,16 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
 
 /* The plain forms test the option only when the fast path misses, which it
  * always does in cautious mode (fast.h). */
+#if FW_PROF_ENTRIES
+#define FW_NEW(name, form)                                                         \
+  FW_HIDDEN void *name(size_t size);                                               \
+  void *name(size_t size) {                                                        \
+    void *p = fw_malloc_try_fast(size);                                            \
+    if (fw_unlikely(p == NULL)) p = fw_new_slow(size, form);                       \
+    fw_prof_countdown(fw_tls_heap, p, size);                                       \
+    return p;                                                                      \
+  }
+#else
 #define FW_NEW(name, form)                                                         \
   FW_HIDDEN void *name(size_t size);                                               \
   void *name(size_t size) {                                                        \
@@ -68,6 +78,7 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
     if (fw_likely(p != NULL)) return p;                                            \
     return fw_new_slow(size, form);                                                \
   }
+#endif
 #define FW_NEW_ALIGNED(name, form)                                                 \
   FW_HIDDEN void *name(size_t size, size_t alignment);                             \
   void *name(size_t size, size_t alignment) {                                      \
@@ -104,7 +115,9 @@ void *fw_calloc(size_t count, size_t size) {
   if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) return fw_thread_alloc(FW_OP_ZERO, NULL, total, 0);
-  return fw_heap_malloc_zero(heap, total, true);
+  void *p = fw_heap_malloc_zero(heap, total, true);
+  FW_PROF_ACCOUNT(p, total);
+  return p;
 }
 
 void *fw_realloc(void *p, size_t size) {
@@ -118,7 +131,9 @@ void *fw_realloc(void *p, size_t size) {
     }
     return fw_thread_alloc(FW_OP_REALLOC, p, size, 0);
   }
-  return fw_realloc_ex(heap, p, size);
+  void *q = fw_realloc_ex(heap, p, size);
+  if (q != p) FW_PROF_ACCOUNT(q, size);
+  return q;
 }
 
 void *fw_reallocarray(void *p, size_t count, size_t size) {
@@ -133,7 +148,12 @@ static void *fw_aligned(size_t size, size_t alignment) {
    * small alignments are plain mallocs, fast path included. Cautious mode
    * records the alignment, so it takes the long way. */
   if (fw_likely(alignment <= FW_MIN_ALIGN && alignment != 0 && fw_is_pow2(alignment)) && !fw_cautious)
-    return fw_malloc_fast(size < alignment ? alignment : size);
+  {
+    size_t n = size < alignment ? alignment : size;
+    void *p = fw_malloc_fast(n);
+    FW_PROF_ACCOUNT(p, n);
+    return p;
+  }
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {
     if (!fw_is_pow2(alignment)) {
@@ -142,7 +162,9 @@ static void *fw_aligned(size_t size, size_t alignment) {
     }
     return fw_thread_alloc(FW_OP_ALIGNED, NULL, size, alignment);
   }
-  return fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+  void *p = fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+  FW_PROF_ACCOUNT(p, size);
+  return p;
 }
 
 void *fw_malloc_aligned(size_t size, size_t alignment) { return fw_aligned(size, alignment); }

@@ -78,4 +78,9 @@ FW_INLINE unsigned fw_mask_longest_run(uint64_t x) {
   return n;
 }
 
+/* The flavour of the library this object is linked into (flavour.c, built
+ * once per flavour): whether its entry points carry the heap profiler's
+ * countdown (libfreeway-prof.so). */
+FW_HIDDEN extern const bool fw_flavour_profiling;
+
 #endif

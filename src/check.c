@@ -945,6 +945,34 @@ static void fw_check_fault(uintptr_t addr, uintptr_t pc, const uintptr_t *regs, 
   fw_report(&r);
 }
 
+/* Where freeway's code is, so that stacks leave its frames out; and the
+ * quick walk turned on. */
+static void fw_check_code_range(void) {
+  fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
+  fw_os_backtrace_init();
+  if (fw_code_static) {
+    const void *fns[] = {(const void *)fw_check_init, (const void *)fw_check_free, (const void *)fw_check_malloc,
+                         (const void *)fw_os_backtrace, (const void *)fw_os_backtrace_quick,
+                         (const void *)fw_page_collect, (const void *)fw_heap_collect_delayed,
+                         (const void *)fw_segment_page_free, (const void *)fw_arena_contains,
+                         (const void *)fw_message, (const void *)fw_options_init,
+                         (const void *)fw_check_stack};
+    fw_static_lo = UINTPTR_MAX;
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+      if ((uintptr_t)fns[i] < fw_static_lo) fw_static_lo = (uintptr_t)fns[i];
+      if ((uintptr_t)fns[i] > fw_static_hi) fw_static_hi = (uintptr_t)fns[i];
+    }
+    fw_static_hi += 4096;  /* the highest one's own code */
+  }
+}
+
+size_t fw_check_stack(uintptr_t *pcs, size_t max) {
+  if (max > 16) max = 16;
+  size_t n = fw_code_static ? SIZE_MAX : fw_os_backtrace_quick(pcs, max, fw_code_lo, fw_code_hi);
+  if (n == SIZE_MAX) n = fw_stack(pcs, max, true, 0);
+  return n;
+}
+
 void fw_check_init(void) {
   /* the generated table and the arithmetic class function must agree */
   for (size_t c = 1; c < FW_CLASS_COUNT; c++) {
@@ -953,28 +981,19 @@ void fw_check_init(void) {
       fw_os_abort();
     }
   }
-  if (!fw_opt(CAUTIOUS)) return;
+  if (!fw_opt(CAUTIOUS)) {
+    /* the heap profiler records stacks too (fw_check_stack) */
+    if (fw_opt(PROFILE)) fw_check_code_range();
+    return;
+  }
   fw_os_random(&fw_sec, sizeof fw_sec);
   /* the two states of a half must differ */
   for (unsigned h = 0; h < 2; h++)
     if (fw_sec.half[h][FW_ST_LIVE] == fw_sec.half[h][FW_ST_FREED]) fw_sec.half[h][FW_ST_FREED] ^= 1;
   fw_frames = (size_t)fw_opt(CAUTIOUS_FRAMES);
   if (fw_frames > FW_CHECK_FRAMES) fw_frames = FW_CHECK_FRAMES;
-  fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
-  if (fw_frames) fw_os_backtrace_init();
-  if (fw_code_static) {
-    const void *fns[] = {(const void *)fw_check_init, (const void *)fw_check_free, (const void *)fw_check_malloc,
-                         (const void *)fw_os_backtrace, (const void *)fw_os_backtrace_quick,
-                         (const void *)fw_page_collect, (const void *)fw_heap_collect_delayed,
-                         (const void *)fw_segment_page_free, (const void *)fw_arena_contains,
-                         (const void *)fw_message, (const void *)fw_options_init};
-    fw_static_lo = UINTPTR_MAX;
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-      if ((uintptr_t)fns[i] < fw_static_lo) fw_static_lo = (uintptr_t)fns[i];
-      if ((uintptr_t)fns[i] > fw_static_hi) fw_static_hi = (uintptr_t)fns[i];
-    }
-    fw_static_hi += 4096;  /* the highest one's own code */
-  }
+  if (fw_frames) fw_check_code_range();
+  else fw_code_static = fw_os_code_range((const void *)fw_check_init, &fw_code_lo, &fw_code_hi);
   fw_os_fault_hook(fw_check_fault);
   /* this thread is making the process's first allocation: operator new
    * tested the option before it was read */

@@ -55,6 +55,9 @@ FW_HIDDEN bool fw_check_heap_contains(const fw_heap_t *heap, const void *p);
  * medium page, or a large page's area) is live; if so, the user's pointer,
  * requested size and up to 4 return addresses of its allocation (innermost
  * first, *npcs of them). For the leak report. */
+/* The caller's call stack without freeway's frames, up to max (at most
+ * 16) return addresses, innermost first; for the heap profiler. */
+FW_HIDDEN size_t fw_check_stack(uintptr_t *pcs, size_t max);
 FW_HIDDEN bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, uintptr_t pcs[4],
                                    size_t *npcs);
 FW_HIDDEN size_t fw_check_heap_usable(const fw_heap_t *heap, const void *p);

@@ -16,6 +16,7 @@
 #include "heap.h"
 #include "thread.h"
 #include "os.h"
+#include "prof.h"
 
 /* The hit halves of the two paths; entry points whose miss does more
  * (operator new and delete: cautious mode's form checks) use them directly.
@@ -35,11 +36,38 @@ FW_INLINE bool fw_free_try_fast(void *p) {
   return false;
 }
 
+#if FW_PROF_ENTRIES
+/* The profiling flavour (libfreeway-prof.so): every allocation counts
+ * down to the heap profiler's next sample (prof.h). */
+static FW_NOINLINE FW_COLD void *fw_malloc_slow_counted(size_t size, fw_heap_t *heap) {
+  void *b = fw_malloc_slow(size, heap);
+  fw_prof_countdown(fw_tls_heap, b, size);  /* the heap may be new */
+  return b;
+}
+/* Only tail calls leave the hit, so it needs no stack frame: the countdown
+ * adds one subtract and one branch. */
+FW_INLINE void *fw_malloc_fast(size_t size) {
+  fw_heap_t *heap = fw_tls_heap;
+  if (fw_likely(size <= FW_DIRECT_MAX)) {
+    fw_block_t *b = fw_page_pop_fast(heap->direct[size]);
+    if (fw_likely(b != NULL)) {
+      if (fw_likely((heap->prof_left -= (intptr_t)size) >= 0)) return b;
+      return fw_prof_sampled(heap, b, size);
+    }
+  }
+  return fw_malloc_slow_counted(size, heap);
+}
+/* The allocations that do not go through fw_malloc_fast (calloc, realloc,
+ * the aligned forms) count down on their way out. */
+#define FW_PROF_ACCOUNT(p, size) fw_prof_account((p), (size))
+#else
 FW_INLINE void *fw_malloc_fast(size_t size) {
   void *b = fw_malloc_try_fast(size);
   if (fw_likely(b != NULL)) return b;
   return fw_malloc_slow(size, fw_tls_heap);
 }
+#define FW_PROF_ACCOUNT(p, size) ((void)0)
+#endif
 
 FW_INLINE void fw_free_fast(void *p) {
   if (fw_unlikely(!fw_free_try_fast(p))) fw_free_generic(p);

@@ -8,6 +8,7 @@
 #include "front.h"
 #include "abandon.h"
 #include "check.h"
+#include "prof.h"
 #include "heap.h"
 #include "page.h"
 #include "options.h"
@@ -17,6 +18,7 @@
 
 /* Routes a block that has passed any checks to its page's owner. */
 FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  if (fw_unlikely(fw_page_flags(page) & FW_PF_SAMPLED)) fw_prof_free(page, b);
   uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_acquire);
   if (owner == fw_thread_id()) {
     fw_heap_free_local(page, b);

@@ -63,31 +63,41 @@ void fw_heap_destroy(fw_heap_t *heap) {
     errno = EPERM;
     return;
   }
+  /* its blocks go without their frees: their samples go with them */
+  if (fw_prof_on) fw_prof_forget_heap(heap);
   fw_heap_release(heap, NULL, true);
   fw_heap_struct_free(heap);
 }
 
 void *fw_heap_malloc(fw_heap_t *heap, size_t size) {
   if (!fw_heap_owned(heap, "fw_heap_malloc")) return NULL;
-  return fw_heap_malloc_fast(heap, size);
+  void *p = fw_heap_malloc_fast(heap, size);
+  FW_PROF_ACCOUNT(p, size);
+  return p;
 }
 
 void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
   if (!fw_heap_owned(heap, "fw_heap_calloc")) return NULL;
-  return fw_heap_malloc_zero(heap, total, true);
+  void *p = fw_heap_malloc_zero(heap, total, true);
+  FW_PROF_ACCOUNT(p, total);
+  return p;
 }
 
 void *fw_heap_realloc(fw_heap_t *heap, void *p, size_t size) {
   if (!fw_heap_owned(heap, "fw_heap_realloc")) return NULL;
   if (p && fw_realloc_fits(p, size)) return p;
-  return fw_realloc_ex(heap, p, size);
+  void *q = fw_realloc_ex(heap, p, size);
+  if (q != p) FW_PROF_ACCOUNT(q, size);
+  return q;
 }
 
 void *fw_heap_malloc_aligned(fw_heap_t *heap, size_t size, size_t alignment) {
   if (!fw_heap_owned(heap, "fw_heap_malloc_aligned")) return NULL;
-  return fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+  void *p = fw_heap_malloc_aligned_ex(heap, size, alignment, false);
+  FW_PROF_ACCOUNT(p, size);
+  return p;
 }
 
 size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {

@@ -109,6 +109,7 @@ FW_HIDDEN uint64_t fw_os_time_ms(void);
  * time signal sig arrives; false if sig cannot be caught. */
 FW_HIDDEN bool fw_os_on_signal(int sig, void (*fn)(void));
 
+
 /* ---- call stacks and faults (cautious mode's reports) ---------------------
  * fw_os_backtrace fills pcs with return addresses of the calling thread's
  * stack, outermost last, read with the unwinder (no frame pointers needed);

@@ -287,7 +287,7 @@ void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
 bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   page->adopted = 1;
   atomic_store_explicit(&page->heap, heap, memory_order_release);
-  fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED));
+  fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED | FW_PF_SAMPLED));
   page->next = page->prev = NULL;
   fw_page_refill(page);
   if (page->used == 0) {

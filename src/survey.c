@@ -32,6 +32,7 @@
 #include "stats.h"
 #include "os.h"
 #include "pprof.h"
+#include "prof.h"
 #include <string.h>
 
 /* ---- the walk ---------------------------------------------------------------- */
@@ -133,6 +134,13 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
         continue;
       }
       if (pg->flags & FW_PF_REDIRECT) continue; /* a later slot of a span's page */
+      if (!pg->block_size) {
+        /* a slot no page may take: a span segment's header slice, or the
+         * secure level's guard slice */
+        sv->line[FW_L_HEADERS] += fw_slices_bytes(slice, ps);
+        if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
+        continue;
+      }
       if (pg->kind == FW_KIND_LARGE) {
         size_t n = pg->slices ? pg->slices : 1;
         fw_survey_large(sv, pg, fw_slices_bytes(slice, n));
@@ -321,7 +329,7 @@ static void fw_map_gap(fw_map_ctx_t *m, size_t upto) {
 static void fw_map_segment(fw_survey_t *sv, const fw_segment_t *seg) {
   fw_map_ctx_t *m = sv->arg;
   fw_out_printf(m->o,
-                "%s\n  {\"start\": \"%p\", \"size\": %zu, \"kind\": \"%s\", \"owner\": \"%#lx\", \"abandoned\": %s, "
+                "%s\n  {\"start\": \"%p\", \"size\": %zu, \"kind\": \"%s\", \"owner\": \"0x%lx\", \"abandoned\": %s, "
                 "\"huge_pages\": %s, \"slices\": [",
                 m->first_seg ? "" : ",", (const void *)seg, seg->size, fw_kind_name(seg->kind),
                 (unsigned long)atomic_load_explicit(&((fw_segment_t *)seg)->thread_id, memory_order_relaxed),
@@ -339,6 +347,11 @@ static void fw_map_page(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_
              : seg->kind == FW_KIND_SPAN ? (pg->slices ? pg->slices : 1)
                                          : seg->page_slices;
   bool large = pg->kind == FW_KIND_LARGE;
+  if (!pg->block_size) {
+    fw_map_run(m, slice, n, "reserved");
+    m->next_slice = slice + n;
+    return;
+  }
   size_t live = large ? (pg->used ? 1 : 0) : fw_page_live(pg);
   fw_out_printf(m->o,
                 "%s\n    {\"index\": %zu, \"count\": %zu, \"state\": \"%s\", \"block_size\": %zu, \"capacity\": %u, "
@@ -580,6 +593,10 @@ void fw_leak_report_print(int fd) {
 
 /* ---- at exit --------------------------------------------------------------------- */
 
+static void fw_prof_dump_report(int fd) {
+  if (fw_prof_dump_fd(fd) != 0) fw_message("warning: the heap profile could not be written whole\n");
+}
+
 /* Writes one report into FREEWAY_REPORT_DIR as freeway-PID-KIND (KIND
  * with its extension). */
 static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
@@ -613,7 +630,13 @@ static void fw_survey_dump(bool always_stats) {
   }
 }
 
-void fw_survey_at_exit(void) { fw_survey_dump(false); }
+void fw_survey_at_exit(void) {
+  fw_survey_dump(false);
+  if (fw_prof_on) {
+    if (!fw_topt(REPORT_DIR)) fw_message("warning: FREEWAY_PROFILE=1 needs FREEWAY_REPORT_DIR: no profile written\n");
+    fw_report_file("heap.pb", fw_prof_dump_report);
+  }
+}
 
 static void fw_survey_on_signal(void) { fw_survey_dump(true); }
 

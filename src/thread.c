@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "thread.h"
 #include "survey.h"
+#include "prof.h"
 #include "front.h"
 #include "heap.h"
 #include "abandon.h"
@@ -70,6 +71,7 @@ void fw_process_init(void) {
   fw_segment_cookie_key ^= k;
   pthread_key_create(&fw_thread_key, fw_thread_done);
   fw_check_init();
+  fw_prof_init();
   atomic_store(&fw_process_state, 2);
 }
 

@@ -37,6 +37,7 @@ enum {
   FW_PF_REDIRECT = 4,  /* not a page: a later slice of a multi-slice page */
   FW_PF_CHECKED = 8,   /* cautious mode: every free is validated */
   FW_PF_UNUSED = 16,   /* slice not in use as a page */
+  FW_PF_SAMPLED = 32,  /* holds blocks the heap profiler sampled (prof.c) */
 };
 
 /* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block).
@@ -82,6 +83,8 @@ struct fw_page_s {
                                     out (zero but for the link word if is_zero) */
       fw_block_t *later;         /* FREEWAY_SECURE: the owner's frees, a list moved to
                                     free only once free is used up (delayed reuse) */
+      _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c) */
+      _Atomic(uint32_t) sampled_at; /* the offset from area of the last one sampled */
     };
     uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
   };
@@ -145,7 +148,9 @@ struct fw_heap_s {
   size_t peak_bytes;               /* sampled by fw_heap_stats */
   uint64_t slow_count;
   uint32_t retire_count;           /* pages given back: housekeeping every few */
-  uint64_t rng;                    /* FREEWAY_SECURE: the carving order's state */
+  uint64_t rng;                    /* FREEWAY_SECURE: the carving order's state; the
+                                      heap profiler's intervals */
+  intptr_t prof_left;              /* FREEWAY_PROFILE: bytes until the next sample */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;

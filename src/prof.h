@@ -1,0 +1,37 @@
+/* prof.h — the heap profiler (FREEWAY_PROFILE, docs/observability.md):
+ * sampled allocations with their call stacks, written as pprof profiles. */
+#ifndef FW_PROF_H
+#define FW_PROF_H
+#include "types.h"
+
+/* FREEWAY_PROFILE, set once by fw_prof_init. */
+FW_HIDDEN extern bool fw_prof_on;
+/* Reads the options; before the first heap is set up. */
+FW_HIDDEN void fw_prof_init(void);
+/* The countdown of heap ran out at the allocation of p (size bytes
+ * requested; p may be NULL, heap may be fw_heap_empty): records p with the
+ * caller's stack and starts the next countdown. */
+FW_HIDDEN void fw_prof_sample(fw_heap_t *heap, void *p, size_t size);
+/* fw_prof_sample, returning p (a tail call for the entry points). */
+FW_HIDDEN void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size);
+/* The countdown for an allocation made outside the sampling entry points
+ * (calloc, realloc, aligned forms): called only with profiling on. */
+FW_HIDDEN void fw_prof_account(void *p, size_t size);
+/* heap is being destroyed with its blocks: their samples are dropped from
+ * the in-use figures. */
+FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);
+/* b, the start of a block of page (flagged FW_PF_SAMPLED), is being freed:
+ * forgets its sample, if it has one. */
+FW_HIDDEN void fw_prof_free(fw_page_t *page, const void *b);
+
+/* The profile as a pprof message to fd (fw_prof_dump's body); -1 if it
+ * could not be written whole. */
+FW_HIDDEN int fw_prof_dump_fd(int fd);
+
+/* The countdown of the sampling entry points, after the allocation: one
+ * subtract and a branch not taken. */
+FW_INLINE void fw_prof_countdown(fw_heap_t *heap, void *p, size_t size) {
+  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
+}
+
+#endif
