@@ -884,6 +884,27 @@ class RealRunTest(unittest.TestCase):
         self.assertRegex(out, r"0x[0-9a-f]+  fwt_cli_hold_blocks at .*hold\.c:\d+")
         self.assertRegex(out, r"0x[0-9a-f]+  fwt_cli_hold_span at .*hold\.c:\d+")
 
+    def test_profile(self):
+        # --profile: the profiling flavour with FREEWAY_PROFILE=1; at rate 1
+        # every allocation is a sample, so go tool pprof shows the exact count
+        prof = os.path.join(os.path.dirname(os.path.abspath(LIB)), "libfreeway-prof.so")
+        if not os.path.isfile(prof):
+            self.skipTest("libfreeway-prof.so is not built beside the library")
+        out_dir = os.path.join(self.tmp, "prof")
+        rc, out, err = freeway("run", "--profile", "--rate", "1", "--quiet", "--out", out_dir, "--", self.exe,
+                               cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        pbs = [n for n in os.listdir(out_dir) if n.endswith("-heap.pb")]
+        self.assertEqual(len(pbs), 1, os.listdir(out_dir))
+        self.assertIn("go tool pprof", err)
+        if not shutil.which("go"):
+            self.skipTest("go is not installed: the profile is not read back")
+        p = subprocess.run(["go", "tool", "pprof", "-top", "-nodefraction=0", "-sample_index=inuse_objects",
+                            self.exe, os.path.join(out_dir, pbs[0])], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr.decode())
+        self.assertRegex(p.stdout.decode(), r"(?m)^ +%d .*fwt_cli_hold_blocks$" % HOLD_BLOCKS)
+
 
 if __name__ == "__main__":
     unittest.main()
