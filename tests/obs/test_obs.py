@@ -22,11 +22,17 @@ PROG = os.environ.get("OBS_PROG")
 SLICES = 64
 
 
+def base_env():
+    """The environment without FREEWAY_* settings: each test sets the modes
+    it checks (a suite run under FREEWAY_CAUTIOUS=1 must not change them)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FREEWAY_")}
+
+
 def run(extra_env, lib=None, args=()):
     """Runs obs_prog with the reports on; returns (reports by kind, sites, stderr)."""
     d = tempfile.mkdtemp(prefix="fw-obs-")
     sites_file = os.path.join(d, "sites.txt")
-    env = dict(os.environ, LD_PRELOAD=lib or LIB, FREEWAY_REPORT_DIR=d, FREEWAY_SHOW_STATS="1",
+    env = dict(base_env(), LD_PRELOAD=lib or LIB, FREEWAY_REPORT_DIR=d, FREEWAY_SHOW_STATS="1",
                FREEWAY_LEAK_REPORT="1", FREEWAY_HEAP_MAP="1")
     env.update(extra_env)
     p = subprocess.run([PROG, sites_file] + list(args), env=env, capture_output=True, text=True, timeout=120)
@@ -253,7 +259,7 @@ class DumpSignal(unittest.TestCase):
         # a shell that sends itself SIGUSR2 (12): the ledger is written then,
         # and not again at exit (FREEWAY_SHOW_STATS is off)
         d = tempfile.mkdtemp(prefix="fw-sig-")
-        env = dict(os.environ, LD_PRELOAD=LIB, FREEWAY_REPORT_DIR=d, FREEWAY_DUMP_SIGNAL="12")
+        env = dict(base_env(), LD_PRELOAD=LIB, FREEWAY_REPORT_DIR=d, FREEWAY_DUMP_SIGNAL="12")
         p = subprocess.run(["sh", "-c", "kill -USR2 $$; echo after"], env=env, capture_output=True, text=True,
                            timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
