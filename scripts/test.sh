@@ -258,7 +258,10 @@ stage_m32() {
     "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" &&
     build m32 build-m32 cmake --build build-m32 -j "$jobs" || return
   log "32-bit tests"
-  run_ctest m32 build-m32 -E '^real\.' --timeout 900
+  # left out: the tests that preload the library into 64-bit programs
+  # (real.*: installed programs; obs.*, cli.*: shells, Python and programs
+  # they compile with the host's compiler)
+  run_ctest m32 build-m32 -E '^real\.|^obs\.|^cli\.' --timeout 900
 }
 
 stage_debug() {

@@ -95,6 +95,14 @@ void fw_free_generic(void *p) {
  * caught where the block is met again (the pops, the empty-page scan); the
  * secure level's free mark and cautious mode catch every one at the
  * second free. */
+/* A block whose first word looks like a list link: freed, on 64-bit builds;
+ * on 32-bit ones, where one live block in 8192 would look so, only when its
+ * owner (the caller) finds it on the page's lists. */
+static bool fw_block_freed_32(fw_segment_t *seg, const fw_page_t *page, const fw_block_t *b) {
+  if (FW_LINK_PROOF) return true;
+  return atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() && fw_page_lists_hold(page, b);
+}
+
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {
   const char *what = NULL;
   if (seg->cookie != fw_segment_cookie(seg)) what = "free of a pointer freeway did not hand out";
@@ -111,7 +119,7 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
     if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
         (uint64_t)off * d >= d)
       what = "free of a pointer inside a block";
-    else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b))
+    else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b) && fw_block_freed_32(seg, page, b))
       what = freed;
   }
   if (fw_likely(what == NULL)) return;

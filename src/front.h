@@ -61,6 +61,7 @@ FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   /* off is below 4 MiB once in range, and the divisor test holds below 2^32
    * (off * d < d is sizeclass.h's off * d <= d - 1) */
   uint64_t d = fw_class_divisor[page->cls];
+  /* a block that looks freed goes to fw_realloc_ex, whose check tells */
   return off < (size_t)page->reserved * bs && (uint64_t)off * d < d && !fw_link_looks_free((const fw_block_t *)p);
 }
 

@@ -446,6 +446,20 @@ size_t fw_page_live(const fw_page_t *pg) {
   return pg->used - (head ? 1u : 0u);
 }
 
+bool fw_page_lists_hold(const fw_page_t *page, const fw_block_t *b) {
+  const fw_block_t *lists[2] = {page->free, page->later};
+  for (int l = 0; l < 2; l++) {
+    uint32_t n = 0;
+    for (const fw_block_t *x = lists[l]; x && x != FW_LIST_END && n <= page->capacity; n++) {
+      if (x == b) return true;
+      uintptr_t t = fw_link_decode(x);
+      if (FW_LINK_BAD(t)) break;
+      x = (const fw_block_t *)(t ^ (uintptr_t)x);
+    }
+  }
+  return false;
+}
+
 /* The first block a cyclic list reaches twice (Floyd's method): the block
  * that was freed twice. The links were checked by the caller. */
 static const fw_block_t *fw_list_cycle_entry(const fw_block_t *head) {

@@ -122,12 +122,22 @@ FW_INLINE bool fw_link_damaged(const fw_block_t *b) {
   return FW_LINK_BAD(t) && (fw_block_t *)(t ^ (uintptr_t)b) != FW_LIST_END;
 }
 /* b's first word is a valid link of a page list: the block is free (the
- * taken mark, zero and the program's data fail the test but with odds of
- * 2^-45, see above). For the slow frees, which may read the word. */
+ * taken mark and zero fail the test, the program's data with odds of
+ * 2^-45 on 64-bit builds and 2^-13 on 32-bit ones, see above). */
 FW_INLINE bool fw_link_looks_free(const fw_block_t *b) {
   uintptr_t t = fw_link_decode(b);
   return !FW_LINK_BAD(t) || (fw_block_t *)(t ^ (uintptr_t)b) == FW_LIST_END;
 }
+/* Whether fw_link_looks_free may be taken as proof that a block the
+ * program calls live was freed (a double free, a realloc of a freed
+ * block): only where the odds of a live block passing are 2^-45. On 32-bit
+ * builds one live block in 8192 would be taken for freed: there the
+ * owner confirms it on the page's lists (fw_page_lists_hold). */
+#define FW_LINK_PROOF (UINTPTR_MAX > 0xffffffffu)
+/* Whether b is on page's local lists (free, later): for the page's owner
+ * only, whose lists they are. A walk: for the rare block that looks free
+ * where fw_link_looks_free is no proof. */
+FW_HIDDEN bool fw_page_lists_hold(const fw_page_t *page, const fw_block_t *b);
 /* Returns true when the page has no live block left. */
 FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
   b->link = fw_link_encode(b, page->free);
