@@ -56,12 +56,23 @@ void fw_free_generic(void *p) {
     return;
   }
   fw_segment_t *seg = fw_ptr_segment(p);
+  fw_page_t *slice = fw_ptr_slice(seg, p);
+  /* The owner's free into a small page whose only flag is the heap
+   * profiler's, for one sampled block that lives in it: what the fast path
+   * would do, but for the sampled block itself. The fast path's test reads the same
+   * descriptor, so this one trusts p no more than it does. */
+  if (fw_unlikely(fw_page_flags(slice) == FW_PF_SAMPLED) && slice->kind == FW_KIND_SMALL &&
+      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() &&
+      atomic_load_explicit(&slice->sampled, memory_order_relaxed) == 1 &&
+      (uintptr_t)p - (uintptr_t)slice->area != atomic_load_explicit(&slice->sampled_at, memory_order_relaxed)) {
+    if (fw_unlikely(fw_page_push(slice, (fw_block_t *)p))) fw_heap_page_empty(slice);
+    return;
+  }
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_block_check(seg, fw_ptr_slice(seg, p), p, p, "");
   /* A later slice of this thread's medium page: the descriptor there only
    * points back to the page, whose own tag says who owns it. */
-  fw_page_t *slice = fw_ptr_slice(seg, p);
   if (fw_page_flags(slice) == FW_PF_REDIRECT) {
     fw_page_t *page = slice - slice->slice_offset;
     if (__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id() && page->kind == FW_KIND_MEDIUM) {
