@@ -62,9 +62,15 @@ static fw_site_rec_t *fw_sites;      /* open addressing by stack hash */
 static size_t fw_sites_cap, fw_sites_n;
 static fw_sample_rec_t *fw_samples;  /* open addressing by block address */
 static size_t fw_samples_cap, fw_samples_used, fw_samples_live;
+/* FREEWAY_PROFILE_GROWTH: the estimate of the bytes in use, and the level
+ * at which the next profile is written */
+static double fw_prof_inuse, fw_prof_growth, fw_prof_next_dump;
+static unsigned fw_prof_dumps;
 
 void fw_prof_init(void) {
   fw_prof_rate = (double)fw_opt(PROFILE_RATE);
+  fw_prof_growth = (double)fw_opt(PROFILE_GROWTH) * 1048576.0;
+  fw_prof_next_dump = fw_prof_growth;
   if (fw_opt(PROFILE) && !fw_flavour_profiling)
     fw_message("warning: FREEWAY_PROFILE=1 needs libfreeway-prof.so (the library with the profiler's countdown "
                "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
@@ -202,6 +208,14 @@ static bool fw_prof_grow_samples(void) {
   return true;
 }
 
+static void fw_prof_dump_growth(unsigned n) {
+  const char *dir = fw_topt(REPORT_DIR);
+  if (!dir) return;
+  char path[1200];
+  fw_snprintf(path, sizeof path, "%s/freeway-%ld-heap-growth-%u.pb", dir, fw_os_pid(), n);
+  if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
+}
+
 /* ---- taking and forgetting samples ------------------------------------------------ */
 
 static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
@@ -213,6 +227,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   /* what the sample stands for: 1 / P(an allocation of this size is sampled) */
   double s = size ? (double)size : 1, prob = 1 - fw_exp_neg(s / fw_prof_rate);
   double objects = prob > 0 ? 1 / prob : 1;
+  unsigned dump = 0;
   fw_lock_acquire(&fw_prof_lock);
   size_t site = fw_prof_site(pcs, n);
   if (site != SIZE_MAX && ((fw_samples_used + 1) * 2 <= fw_samples_cap || fw_prof_grow_samples())) {
@@ -226,6 +241,11 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
     if (!fw_samples[j].block) fw_samples_used++;
     fw_samples[j] = (fw_sample_rec_t){block, (uint32_t)site, objects, objects * s};
     fw_samples_live++;
+    fw_prof_inuse += objects * s;
+    if (fw_prof_growth > 0 && fw_prof_inuse >= fw_prof_next_dump) {
+      dump = ++fw_prof_dumps;
+      fw_prof_next_dump = fw_prof_inuse + fw_prof_growth;
+    }
     /* the page's frees now come here: the flag fails the free fast path.
      * The page is the caller's: it was just allocated from */
     atomic_store_explicit(&page->sampled_at, (uint32_t)(block - (uintptr_t)page->area), memory_order_relaxed);
@@ -233,6 +253,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
     if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
   }
   fw_lock_release(&fw_prof_lock);
+  if (dump) fw_prof_dump_growth(dump);
 }
 
 void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) {
@@ -276,6 +297,7 @@ void fw_prof_free(fw_page_t *page, const void *b) {
       fw_site_rec_t *st = &fw_sites[fw_samples[j].site];
       st->inuse_objects -= fw_samples[j].objects;
       st->inuse_space -= fw_samples[j].space;
+      fw_prof_inuse -= fw_samples[j].space;
       fw_samples[j].block = 1;
       fw_samples_live--;
       atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed);
@@ -300,6 +322,7 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     fw_site_rec_t *st = &fw_sites[r->site];
     st->inuse_objects -= r->objects;
     st->inuse_space -= r->space;
+    fw_prof_inuse -= r->space;
     r->block = 1;
     fw_samples_live--;
     atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed);

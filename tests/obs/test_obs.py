@@ -237,6 +237,21 @@ class Profile(unittest.TestCase):
         self.assertEqual(pprof_top(f, "alloc_objects").get("site_heap"), "500")
         self.assertIn(pprof_top(f, "inuse_objects").get("site_heap", "0"), ("0", "0B"))
 
+    def test_growth_profiles(self):
+        # FREEWAY_PROFILE_GROWTH=1: a profile each time the bytes in use pass
+        # their highest level by 1 MiB; the program's 3 MiB block alone
+        # makes one, and the last profile holds it
+        rep, _, err = run({"FREEWAY_PROFILE": "1", "FREEWAY_PROFILE_RATE": "1", "FREEWAY_PROFILE_GROWTH": "1"},
+                          lib=PROF_LIB)
+        files = sorted(glob.glob(os.path.join(rep["dir"], "freeway-*-heap-growth-*.pb")),
+                       key=lambda f: int(f.rsplit("-", 1)[1][:-3]))
+        self.assertGreaterEqual(len(files), 2, (os.listdir(rep["dir"]), err))
+        if shutil.which("go") is None:
+            self.skipTest("go is not installed: the profiles are not read back")
+        last = pprof_top(files[-1], "inuse_objects")
+        self.assertEqual(last.get("site_big"), "2", last)
+        self.assertEqual(last.get("site_small"), "10000", last)
+
     def test_sampled_estimates(self):
         # about one sample per 4 KiB: some 1,100 samples; the estimates of
         # the in-use bytes are within a quarter of the truth (their standard
