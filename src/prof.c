@@ -330,6 +330,16 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
   fw_lock_release(&fw_prof_lock);
 }
 
+void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs, double objects, double bytes, void *arg),
+                         void *arg) {
+  fw_lock_acquire(&fw_prof_lock);
+  for (size_t i = 0; i < fw_sites_cap; i++) {
+    const fw_site_rec_t *st = &fw_sites[i];
+    if (st->hash && st->inuse_objects >= 0.5) fn(st->pcs, st->npcs, st->inuse_objects, st->inuse_space, arg);
+  }
+  fw_lock_release(&fw_prof_lock);
+}
+
 /* ---- the profile ------------------------------------------------------------------- */
 
 int fw_prof_dump_fd(int fd) {

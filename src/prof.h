@@ -24,6 +24,11 @@ FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);
  * forgets its sample, if it has one. */
 FW_HIDDEN void fw_prof_free(fw_page_t *page, const void *b);
 
+/* Calls fn for every call site with sampled blocks in use: its stack and
+ * the estimated live objects and bytes (the leak report's sampled sites). */
+FW_HIDDEN void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs, double objects, double bytes,
+                                              void *arg),
+                                   void *arg);
 /* The profile as a pprof message to fd (fw_prof_dump's body); -1 if it
  * could not be written whole. */
 FW_HIDDEN int fw_prof_dump_fd(int fd);

@@ -522,6 +522,15 @@ static void fw_leak_mapping(uintptr_t start, uintptr_t end, uintptr_t offset, co
   mc->first = false;
 }
 
+static void fw_leak_sampled_site(const uintptr_t *pcs, size_t npcs, double objects, double bytes, void *arg) {
+  fw_mapping_ctx_t *sc = arg;
+  fw_out_printf(sc->o, "%s\n  {\"blocks\": %zu, \"bytes\": %zu, \"stack\": [", sc->first ? "" : ",",
+                (size_t)(objects + 0.5), (size_t)(bytes + 0.5));
+  for (size_t k = 0; k < npcs; k++) fw_out_printf(sc->o, "%s\"%#lx\"", k ? ", " : "", (unsigned long)pcs[k]);
+  fw_out_printf(sc->o, "]}");
+  sc->first = false;
+}
+
 /* Cautious mode's leak report as a pprof profile: objects and bytes per
  * allocation site (docs/observability.md). */
 void fw_leak_report_pprof(int fd) {
@@ -557,12 +566,30 @@ void fw_leak_report_json(int fd) {
     for (size_t k = 0; k < st->npcs; k++) fw_out_printf(&o, "%s\"%#lx\"", k ? ", " : "", (unsigned long)st->pcs[k]);
     fw_out_printf(&o, "]}");
   }
-  fw_out_printf(&o, "\n ],\n \"mappings\": [");
+  fw_out_printf(&o, "\n ]");
+  if (fw_prof_on && !lk.exact) {
+    /* the heap profiler's in-use samples: sites by estimate */
+    fw_out_printf(&o, ",\n \"sampled_sites\": [");
+    fw_mapping_ctx_t sc = {&o, true};
+    fw_prof_visit_inuse(fw_leak_sampled_site, &sc);
+    fw_out_printf(&o, "\n ]");
+  }
+  fw_out_printf(&o, ",\n \"mappings\": [");
   fw_mapping_ctx_t mc = {&o, true};
   fw_os_mappings(fw_leak_mapping, &mc);
   fw_out_printf(&o, "\n ]\n}\n");
   fw_out_flush(&o);
   fw_leaks_release(&lk);
+}
+
+static void fw_leak_print_sampled(const uintptr_t *pcs, size_t npcs, double objects, double bytes, void *arg) {
+  fw_out_t *o = arg;
+  char where[256];
+  fw_out_printf(o, "  about %zu blocks, %zu bytes, allocated at\n", (size_t)(objects + 0.5), (size_t)(bytes + 0.5));
+  for (size_t k = 0; k < npcs && k < 6; k++) {
+    fw_os_describe_pc(pcs[k], where, sizeof where);
+    fw_out_printf(o, "      %s\n", where);
+  }
 }
 
 void fw_leak_report_print(int fd) {
@@ -587,6 +614,10 @@ void fw_leak_report_print(int fd) {
     }
   }
   if (lk.nsites > 16) fw_out_printf(&o, "  ... %zu more\n", lk.nsites - 16);
+  if (fw_prof_on && !lk.exact) {
+    fw_out_printf(&o, "  sampled allocation sites of the live blocks (heap profiler's estimates):\n");
+    fw_prof_visit_inuse(fw_leak_print_sampled, &o);
+  }
   fw_out_flush(&o);
   fw_leaks_release(&lk);
 }

@@ -252,6 +252,22 @@ class Profile(unittest.TestCase):
         self.assertEqual(last.get("site_big"), "2", last)
         self.assertEqual(last.get("site_small"), "10000", last)
 
+    def test_sampled_leak_sites(self):
+        # with the profiler on, the leak report (not exact) also lists the
+        # sampled sites of the live blocks: at rate 1, exactly
+        rep, sites, _ = run({"FREEWAY_PROFILE": "1", "FREEWAY_PROFILE_RATE": "1"}, lib=PROF_LIB)
+        lk = rep["leaks"]
+        self.assertFalse(lk["exact"])
+        sizes = symbol_sizes(PROG)
+        found = {}
+        for st in lk["sampled_sites"]:
+            pc = int(st["stack"][0], 16) if st["stack"] else 0
+            for name, start in sites.items():
+                if start <= pc < start + sizes[name][1]:
+                    found[name] = found.get(name, 0) + st["blocks"]
+        self.assertEqual(found.get("site_small"), 10000, found)
+        self.assertEqual(found.get("site_thread"), 1000, found)
+
     def test_sampled_estimates(self):
         # about one sample per 4 KiB: some 1,100 samples; the estimates of
         # the in-use bytes are within a quarter of the truth (their standard
