@@ -86,6 +86,7 @@ struct fw_survey_s {
   size_t segments, arenas;
   fw_class_tally_t cls[FW_CLASS_LARGE + 1];
   fw_survey_page_fn *page_fn;
+  void (*reserved_fn)(fw_survey_t *sv, size_t slice, size_t n);
   void (*segment_fn)(fw_survey_t *sv, const fw_segment_t *seg);
   void (*segment_end_fn)(fw_survey_t *sv);
   void *arg;
@@ -134,11 +135,12 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
         continue;
       }
       if (pg->flags & FW_PF_REDIRECT) continue; /* a later slot of a span's page */
-      if (!pg->block_size) {
+      if ((pg->flags & FW_PF_UNUSED) || !pg->block_size) {
         /* a slot no page may take: a span segment's header slice, or the
-         * secure level's guard slice */
+         * secure level's guard slice. Its descriptor was never set up as a
+         * page: whatever else it holds is from the memory's earlier use */
         sv->line[FW_L_HEADERS] += fw_slices_bytes(slice, ps);
-        if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
+        if (sv->reserved_fn) sv->reserved_fn(sv, slice, ps);
         continue;
       }
       if (pg->kind == FW_KIND_LARGE) {
@@ -347,11 +349,6 @@ static void fw_map_page(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_
              : seg->kind == FW_KIND_SPAN ? (pg->slices ? pg->slices : 1)
                                          : seg->page_slices;
   bool large = pg->kind == FW_KIND_LARGE;
-  if (!pg->block_size) {
-    fw_map_run(m, slice, n, "reserved");
-    m->next_slice = slice + n;
-    return;
-  }
   size_t live = large ? (pg->used ? 1 : 0) : fw_page_live(pg);
   fw_out_printf(m->o,
                 "%s\n    {\"index\": %zu, \"count\": %zu, \"state\": \"%s\", \"block_size\": %zu, \"capacity\": %u, "
@@ -359,6 +356,13 @@ static void fw_map_page(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_
                 m->first_slice ? "" : ",", slice, n, large && !pg->used ? "cached" : "page", pg->block_size,
                 large ? 1u : pg->capacity, live, large ? 1u : pg->reserved);
   m->first_slice = false;
+  m->next_slice = slice + n;
+}
+
+static void fw_map_reserved(fw_survey_t *sv, size_t slice, size_t n) {
+  fw_map_ctx_t *m = sv->arg;
+  fw_map_gap(m, slice);
+  fw_map_run(m, slice, n, "reserved");
   m->next_slice = slice + n;
 }
 
@@ -391,6 +395,7 @@ void fw_heap_map_json(int fd) {
   m.first_seg = true;
   sv.segment_fn = fw_map_segment;
   sv.page_fn = fw_map_page;
+  sv.reserved_fn = fw_map_reserved;
   sv.segment_end_fn = fw_map_segment_end;
   sv.arg = &m;
   fw_arena_visit(fw_survey_arena, &sv);

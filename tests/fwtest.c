@@ -305,6 +305,9 @@ static void bind_ext(void) {
   BIND(collect, fw_collect);
   BIND(stats_get, fw_stats_get);
   BIND(stats_print, fw_stats_print);
+  BIND(stats_print_json, fw_stats_print_json);
+  BIND(heap_map_json, fw_heap_map_json);
+  BIND(leak_report_json, fw_leak_report_json);
   BIND(option_get, fw_option_get);
   BIND(option_set, fw_option_set);
   BIND(version_string, fw_version_string);

@@ -72,6 +72,9 @@ typedef struct fwt_ext_api {
   void (*collect)(bool);
   int (*stats_get)(fw_stats_t *);
   void (*stats_print)(int);
+  void (*stats_print_json)(int);
+  void (*heap_map_json)(int);
+  void (*leak_report_json)(int);
   long (*option_get)(const char *);
   int (*option_set)(const char *, long);
   const char *(*version_string)(void);
