@@ -150,7 +150,15 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
         continue;
       }
       size_t mem = fw_slices_bytes(slice, ps), bs = pg->block_size;
-      size_t live = fw_page_live(pg), cap = pg->capacity, res = pg->reserved;
+      size_t cap = pg->capacity, res = pg->reserved;
+      /* a page its owner is setting up while the walk runs (a report on a
+       * signal, or asked for by another thread) may show fields of both
+       * states: one whose blocks would not fit in its slot is left out
+       * (the ledger's unaccounted line shows it) */
+      if (pg->area < (const uint8_t *)seg || cap > res || res * bs > mem ||
+          pg->area + res * bs > (const uint8_t *)seg + (slice + ps) * FW_SLICE_SIZE)
+        continue;
+      size_t live = fw_page_live(pg);
       if (live > cap) live = cap;
       sv->line[FW_L_LIVE] += live * bs;
       sv->line[FW_L_FREE] += (cap - live) * bs;
