@@ -21,6 +21,15 @@
  * block live) and PREFIX-end.maps after the last free-all. --allow-fail 1 makes failed
  * allocations a result rather than an error (exit status 0).
  *
+ * --heap-map PREFIX: the allocator's own picture of its heap at the same two
+ * moments, PREFIX-live.json and PREFIX-end.json, from freeway's
+ * fw_heap_map_json (format freeway-map, docs/observability.md), found with
+ * dlsym at run time: the program is not linked against freeway, and under
+ * an allocator without it nothing is written. The result line says which
+ * (heap_map: 1 written, 0 not available). The heap is walked while the
+ * other threads wait at a barrier, so the map is exact; it is taken outside
+ * the timed phases.
+ *
  * --space SIZE (32-bit builds): the process gets only the addresses below
  * SIZE, as a 32-bit Windows process gets 2 GiB; the free ranges above are
  * reserved (PROT_NONE) before any library's constructor runs, so that every
@@ -28,6 +37,7 @@
  * thread's stack stay where the kernel put them, above the limit.
  */
 #include "bench_common.h"
+#include "freeway.h"
 
 #include <fcntl.h>
 #include <sys/personality.h>
@@ -118,6 +128,17 @@ static void copy_maps(const char *prefix, const char *moment) {
   if (out >= 0) close(out);
 }
 
+/* PREFIX-MOMENT.json from fw_heap_map_json when the allocator has it. */
+static void write_heap_map(__typeof__(&fw_heap_map_json) map_json, const char *prefix, const char *moment) {
+  char path[4096];
+  if (!map_json || !prefix || snprintf(path, sizeof path, "%s-%s.json", prefix, moment) >= (int)sizeof path)
+    return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) bench_die("--heap-map: cannot create the file");
+  map_json(fd);
+  close(fd);
+}
+
 /* Address space mapped now (VmSize), read without stdio for the same reason. */
 static double vm_mib(void) {
   int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
@@ -177,6 +198,7 @@ static void *frag_thread(void *p) {
     }
     pthread_barrier_wait(&phase); /* freeing done */
   }
+  pthread_barrier_wait(&phase); /* the main thread's pictures of the end taken */
   return NULL;
 }
 
@@ -190,9 +212,12 @@ int main(int argc, char **argv) {
   const char *free_by = bench_arg_str(argc, argv, "free-by", "owner");
   uint64_t seed = (uint64_t)bench_arg_count(argc, argv, "seed", 1);
   const char *maps = bench_arg_str(argc, argv, "maps", NULL);
+  const char *heap_map = bench_arg_str(argc, argv, "heap-map", NULL);
   int allow_fail = (int)bench_arg_count(argc, argv, "allow-fail", 0);
   if (threads < 1 || loops < 1 || min < 1 || max < min || loops > 1000) bench_die("bad arguments");
   int free_by_main = strcmp(free_by, "main") == 0;
+  __typeof__(&fw_heap_map_json) map_json = NULL;
+  if (heap_map) map_json = (__typeof__(&fw_heap_map_json))dlsym(RTLD_DEFAULT, "fw_heap_map_json");
 
   frag_arg_t proto = {
       .ptrs = ptrs, .min = min, .max = max, .seed = seed, .loops = loops, .free_by_main = free_by_main};
@@ -225,7 +250,10 @@ int main(int argc, char **argv) {
     if (rss > rss_alloc_max) rss_alloc_max = rss;
     vm_at_probe[loop] = vm_mib() - space_reserved_mib;
     /* The picture the probe meets: every block of the loop live. */
-    if (loop == loops - 1) copy_maps(maps, "live");
+    if (loop == loops - 1) {
+      copy_maps(maps, "live");
+      write_heap_map(map_json, heap_map, "live");
+    }
     unsigned char *big = (unsigned char *)malloc(probe);
     probe_by_loop[loop] = big ? '1' : '0';
     if (!big && !probe_first_fail) {
@@ -249,8 +277,11 @@ int main(int argc, char **argv) {
     free_ms[loop] = bench_now_ms() - t2;
     rss_free_last = bench_rss_bytes();
   }
+  /* The workers wait, their heaps quiet, until these are taken. */
   copy_maps(maps, "end");
+  write_heap_map(map_json, heap_map, "end");
   double vm_end = vm_mib() - space_reserved_mib;
+  pthread_barrier_wait(&phase);
   bench_cpu_t total = bench_cpu_diff(bench_cpu_now(), total_start);
   bench_join(tids, threads);
   long long failed = bench_workers_fold(args, threads, sizeof *args);
@@ -291,6 +322,7 @@ int main(int argc, char **argv) {
   bench_json_num(&j, "space_reserved_mib", space_reserved_mib);
   bench_json_num(&j, "rss_alloc_mib", (double)rss_alloc_max / 1048576.0);
   bench_json_num(&j, "rss_free_mib", (double)rss_free_last / 1048576.0);
+  if (heap_map) bench_json_int(&j, "heap_map", map_json != NULL);
   bench_json_cpu(&j, total);
   bench_json_end(&j);
   free(args);
