@@ -355,6 +355,22 @@ class Experiment:
     def after_run(self, rec, case, alloc, rep, ctx):
         """Adds to a run's record what its files say."""
 
+    # Runs besides the timed ones, made after them and kept out of their
+    # figures: side_run_count says how many (for the progress bar),
+    # side_runs makes them and returns what to keep in the experiment's entry
+    # of results.json (a dict; its keys are side_keys), side_lines reports it.
+    side_keys = ()
+
+    def side_run_count(self, cases, allocs):
+        return 0
+
+    def side_runs(self, cases, allocs, timeout, progress, ctx):
+        return {}
+
+    def side_lines(self, meta_exp, labels, alloc_names):
+        """Markdown lines after the experiment's secondary tables."""
+        return []
+
     def cases(self, binpath, scale, full):
         raise NotImplementedError
 
@@ -443,7 +459,9 @@ class Frag(Experiment):
     seed = "000_19b1555fca47c325.txt"
     what = ("T threads each allocate N blocks of 128 B to X and keep them; then one 8 MiB block is "
             "requested; then everything is freed, and the loop starts again. Time = mean allocation "
-            "time per loop (the seed's 'average time'); the 8 MiB probe and RSS are reported per run.")
+            "time per loop (the seed's 'average time'); the 8 MiB probe and RSS are reported per run. "
+            "For freeway, one more run of each case, outside the figures, saves its heap map with every "
+            "block live and after the last free-all (below the RSS tables).")
     metric = "loop_ms"
     metric_label = "mean time per loop (ms)"
     extra_tables = (("probes_ok", "8 MiB requests that succeeded (of loops)", "probe"),
@@ -465,6 +483,180 @@ class Frag(Experiment):
                                         "--min", 128, "--max", top, "--loops", loops],
                                 group=table + " table", x=t, seed_key=seed_key))
         return out
+
+    # The heap maps: bench_frag --heap-map PREFIX writes freeway's map
+    # (fw_heap_map_json, format freeway-map) at two moments of the last loop.
+    MAP_ALLOC = "freeway"
+    MAP_MOMENTS = (("live", "every block live (before the last 8 MiB request)"),
+                   ("end", "after the last free-all"))
+    side_keys = ("heap_maps",)
+
+    def side_run_count(self, cases, allocs):
+        return len(cases) if any(a["name"] == self.MAP_ALLOC for a in allocs) else 0
+
+    def side_runs(self, cases, allocs, timeout, progress, ctx):
+        """One run of each case under freeway with --heap-map: its maps saved
+        as OUT/maps/frag/<case>-<moment>.json, drawn by `freeway report
+        --svg` into OUT/plots/frag-map-<case>-<moment>.svg, and summed up."""
+        fw = next((a for a in allocs if a["name"] == self.MAP_ALLOC), None)
+        if fw is None:
+            return {}
+        out_dir = ctx["out_dir"]
+        maps_rel, plots_rel = os.path.join("maps", self.name), "plots"
+        maps_dir, plots_dir = os.path.join(out_dir, maps_rel), os.path.join(out_dir, plots_rel)
+        os.makedirs(maps_dir, exist_ok=True)
+        os.makedirs(plots_dir, exist_ok=True)
+        moments = [m for m, _ in self.MAP_MOMENTS]
+        # Only this run's maps stay (the cases may have changed).
+        for d, pattern in ((maps_dir, r".*-(%s)\.json$" % "|".join(moments)),
+                           (plots_dir, r"%s-map-.*\.svg$" % self.name)):
+            for f in os.listdir(d):
+                if re.match(pattern, f):
+                    os.remove(os.path.join(d, f))
+        tool = os.path.join(REPO, "tools", "freeway")
+        no_tool = "" if os.path.isfile(tool) else "%s not found" % rel(tool)
+        kept = {}
+        for case in cases:
+            prefix = os.path.join(ctx["scratch"], "heapmap-" + slug(case.label))
+            argv = [str(x) for x in case.argv] + ["--heap-map", prefix]
+            r = run_program(argv, preload=fw["path"], env_extra=run_env(case, fw), timeout=timeout)
+            entry = {"argv": " ".join(clean_arg(x) for x in case.argv) + " --heap-map PREFIX"}
+            kept[case.label] = entry
+            if not r.ok or not r.data.get("heap_map"):
+                entry["error"] = r.error or ("the library has no fw_heap_map_json" if "heap_map" in r.data
+                                             else "bench_frag does not know --heap-map (rebuild it)")
+                progress.note("  %s / %s / %s heap map: %s" % (self.name, case.label, fw["name"], entry["error"]))
+                progress.step("%s heap map %s" % (self.name, case.label))
+                continue
+            entry["rss_alloc_mib"] = r.data.get("rss_alloc_mib")
+            entry["rss_free_mib"] = r.data.get("rss_free_mib")
+            drawing = []
+            for moment in moments:
+                m = entry.setdefault("maps", {}).setdefault(moment, {})
+                src = "%s-%s.json" % (prefix, moment)
+                try:
+                    with open(src) as f:
+                        m.update(heap_map_summary(json.load(f)))
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    m["error"] = "no readable map (%s)" % (e.__class__.__name__ if not isinstance(e, OSError)
+                                                          else e.strerror)
+                    continue
+                name = "%s-%s" % (slug(case.label), moment)
+                shutil.copyfile(src, os.path.join(maps_dir, name + ".json"))
+                m["json"] = os.path.join(maps_rel, name + ".json")
+                if no_tool:
+                    m["svg_error"] = no_tool
+                    continue
+                svg = os.path.join(plots_rel, "%s-map-%s.svg" % (self.name, name))
+                out = open(os.path.join(out_dir, svg), "w")
+                try:
+                    proc = subprocess.Popen([sys.executable, tool, "report", "--svg", os.path.join(out_dir, m["json"])],
+                                            stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                except OSError as e:
+                    out.close()
+                    os.remove(os.path.join(out_dir, svg))
+                    m["svg_error"] = "cannot start %s (%s)" % (rel(tool), e.strerror)
+                    continue
+                drawing.append((m, svg, out, proc))
+            for m, svg, out, proc in drawing:  # the moments' drawings run side by side
+                try:
+                    _, err = proc.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    _, err = proc.communicate()
+                out.close()
+                if proc.returncode == 0:
+                    m["svg"] = svg
+                else:
+                    os.remove(os.path.join(out_dir, svg))
+                    tail = err.decode("utf-8", "replace").strip().splitlines()[-1:]
+                    m["svg_error"] = "freeway report --svg failed (exit status %d%s)" % (
+                        proc.returncode, (": " + tail[0]) if tail else "")
+            progress.step("%s heap map %s" % (self.name, case.label))
+        return {"heap_maps": kept}
+
+    def side_lines(self, meta_exp, labels, alloc_names):
+        maps = meta_exp.get("heap_maps")
+        if maps is None:
+            return ["freeway's heap maps: not made in this run.", ""] if self.MAP_ALLOC in alloc_names else []
+        rows, undrawn = [], []
+        for l in labels:
+            e = maps.get(l)
+            if e is None:
+                continue
+            for m in e.get("maps", {}).values():
+                if m.get("svg_error") and m["svg_error"] not in undrawn:
+                    undrawn.append(m["svg_error"])
+            if e.get("error"):
+                rows.append([l] + ["no map: " + e["error"]] * len(self.MAP_MOMENTS))
+                continue
+            row = [l]
+            for moment, _ in self.MAP_MOMENTS:
+                m = e.get("maps", {}).get(moment, {})
+                rss = e.get("rss_alloc_mib" if moment == "live" else "rss_free_mib")
+                row.append(heap_map_cell(m, rss))
+            rows.append(row)
+        if not rows:
+            return []
+        return ["**freeway's heap maps** beside the RSS figures above: one more run of each case under freeway, "
+                "outside the figures, where `bench_frag --heap-map` has the library write its heap map "
+                "(`fw_heap_map_json`, format freeway-map, docs/observability.md) with every block live, just "
+                "before the last loop's 8 MiB request, and after the last free-all; drawn by `tools/freeway "
+                "report --svg`. Committed: the segments' memory not purged (and the huge blocks); live: the bytes of "
+                "live blocks; fill: those bytes / the bytes of the blocks their pages hold; RSS: that run's own "
+                "figure at the same moment.", "",
+                md_table(["case"] + [title for _, title in self.MAP_MOMENTS], rows), ""] + (
+                    ["Maps not drawn: %s." % "; ".join(undrawn), ""] if undrawn else [])
+
+
+def heap_map_summary(doc):
+    """The figures of a freeway-map report (docs/observability.md) the frag
+    section shows: segments, bytes by slice state, live bytes and fill, as
+    `freeway report` counts them."""
+    if doc.get("format") != "freeway-map":
+        raise ValueError("not a freeway-map report")
+    slice_size = doc["slice_size"]
+    out = {"segments": 0, "abandoned": 0, "segment_bytes": 0, "live_bytes": 0, "block_bytes": 0,
+           "huge_blocks": doc["huge"]["blocks"], "huge_bytes": doc["huge"]["bytes"],
+           "page": 0, "cached": 0, "free": 0, "purged": 0, "reserved": 0}
+    for seg in doc["segments"]:
+        out["segments"] += 1
+        out["abandoned"] += 1 if seg.get("abandoned") else 0
+        out["segment_bytes"] += seg["size"]
+        for sl in seg["slices"]:
+            out[sl["state"]] += sl["count"] * slice_size
+            if sl["state"] == "page":
+                out["live_bytes"] += sl["used"] * sl["block_size"]
+                out["block_bytes"] += sl["capacity"] * sl["block_size"]
+    out["committed_bytes"] = out["segment_bytes"] - out["purged"] + out["huge_bytes"]
+    out["fill"] = out["live_bytes"] / out["block_bytes"] if out["block_bytes"] else None
+    return out
+
+
+def fmt_bytes(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return "%.1f %s" % (n / k, unit)
+    return "%d B" % n
+
+
+def heap_map_cell(m, rss_mib):
+    """One map in a table cell: links, then its figures."""
+    if not m or m.get("error"):
+        return "no map: " + (m.get("error") if m else "not written")
+    links = "[map](%s)" % m["svg"] if m.get("svg") else "not drawn"
+    figs = ["%d segment%s" % (m["segments"], "" if m["segments"] == 1 else "s")]
+    if m.get("abandoned"):
+        figs[-1] += " (%d abandoned)" % m["abandoned"]
+    figs.append("%s committed" % fmt_bytes(m["committed_bytes"]))
+    figs.append("%s live" % fmt_bytes(m["live_bytes"]))
+    if m.get("fill") is not None:
+        figs.append("fill %.1f%%" % (100 * m["fill"]))
+    if m.get("huge_blocks"):
+        figs.append("%d huge block%s" % (m["huge_blocks"], "" if m["huge_blocks"] == 1 else "s"))
+    if rss_mib is not None:
+        figs.append("RSS %.1f MiB" % rss_mib)
+    return "%s, [JSON](%s): %s" % (links, m["json"], ", ".join(figs))
 
 
 class Frag32(Experiment):
@@ -1620,6 +1812,7 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
         lines.append("")
         lines.append(md_table(["case"] + alloc_names, erows))
         lines.append("")
+    lines += exp.side_lines(meta_exp, labels, alloc_names)
     # Peak RSS of every run.
     rss_rows = []
     for l in labels:
@@ -2182,6 +2375,7 @@ def main():
             total += len(cases) * len(e_allocs)
         else:
             total += len(cases) * len(e_allocs) * exp_reps(e, reps, bool(args.reps), full)
+        total += e.side_run_count(cases, e_allocs)
     meta = machine_info()
     meta.update({"mode": mode, "reps": reps, "build_dir": rel(build_dir)})
     print("freeway bench: %s pass, %d experiment(s), allocators: %s, %d runs, output %s" % (
@@ -2217,8 +2411,9 @@ def main():
     scratch = tempfile.TemporaryDirectory(prefix="fwbench-")
     for e, cases, scale, e_allocs in plan:
         started = time.monotonic()
-        reruns = exp_meta.get(e.name, {}).get("partial_reruns")
-        first = exp_meta.get(e.name, {}) if reruns else {}
+        earlier = exp_meta.get(e.name, {})
+        reruns = earlier.get("partial_reruns")
+        first = earlier if reruns else {}
         exp_meta[e.name] = {"date": first.get("date", meta["date"]), "scale": scale, "reps": 1 if e.name == "fastpath" else exp_reps(e, reps, bool(args.reps), full),
                             "freeway_commit": meta["freeway_commit"], "mode": mode,
                             "cases": [{"label": c.label, "argv": [str(a) for a in c.argv], "group": c.group,
@@ -2228,11 +2423,16 @@ def main():
         if e.bits != 64:
             # Its libraries are not the allocator table's (64-bit) ones.
             exp_meta[e.name]["allocators"] = [{k: v for k, v in a.items() if k != "path"} for a in e_allocs]
-        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name)}
+        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name), "out_dir": out_dir}
         if e.name == "fastpath":
             run_fastpath(e, cases, e_allocs, full, timeout, progress, records, notes)
         else:
             run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records, ctx)
+        side = e.side_runs(cases, e_allocs, timeout, progress, ctx)
+        for k in e.side_keys:
+            # A partial run that did not make them keeps the earlier run's.
+            if k in side or k in earlier:
+                exp_meta[e.name][k] = side[k] if k in side else earlier[k]
         exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
