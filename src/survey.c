@@ -81,8 +81,17 @@ typedef struct fw_survey_s fw_survey_t;
 /* Called for every page in use (the map and the leak report look closer). */
 typedef void fw_survey_page_fn(fw_survey_t *sv, const fw_segment_t *seg, const fw_page_t *pg, size_t slice);
 
+/* Per owning thread (a segment's owner; 0: no thread owns it). */
+#define FW_SURVEY_OWNERS 64
+typedef struct {
+  uintptr_t owner;
+  size_t segments, bytes, live_bytes;
+} fw_owner_tally_t;
+
 struct fw_survey_s {
   size_t line[FW_L_COUNT];
+  fw_owner_tally_t owners[FW_SURVEY_OWNERS + 1]; /* the last: all others */
+  size_t nowners;
   size_t segments, arenas;
   fw_class_tally_t cls[FW_CLASS_LARGE + 1];
   fw_survey_page_fn *page_fn;
@@ -116,7 +125,20 @@ static void fw_survey_large(fw_survey_t *sv, const fw_page_t *pg, size_t mem) {
   }
 }
 
+static fw_owner_tally_t *fw_survey_owner(fw_survey_t *sv, uintptr_t owner) {
+  for (size_t i = 0; i < sv->nowners; i++)
+    if (sv->owners[i].owner == owner) return &sv->owners[i];
+  if (sv->nowners == FW_SURVEY_OWNERS) return &sv->owners[FW_SURVEY_OWNERS];
+  sv->owners[sv->nowners].owner = owner;
+  return &sv->owners[sv->nowners++];
+}
+
 static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
+  size_t live_before = sv->line[FW_L_LIVE] + sv->line[FW_L_LARGE_LIVE];
+  fw_owner_tally_t *ot =
+      fw_survey_owner(sv, atomic_load_explicit(&((fw_segment_t *)seg)->thread_id, memory_order_relaxed));
+  ot->segments++;
+  ot->bytes += seg->size;
   sv->segments++;
   sv->line[FW_L_HEADERS] += FW_SEGMENT_HEADER;
   if (sv->segment_fn) sv->segment_fn(sv, seg);
@@ -173,6 +195,7 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
     }
     (void)slot;
   }
+  ot->live_bytes += sv->line[FW_L_LIVE] + sv->line[FW_L_LARGE_LIVE] - live_before;
   if (sv->segment_end_fn) sv->segment_end_fn(sv);
 }
 
@@ -246,6 +269,18 @@ void fw_stats_print_json(int fd) {
                   first ? "" : ",", c == FW_CLASS_LARGE ? (size_t)0 : (size_t)fw_class_size[c], t->pages, t->blocks,
                   t->live_blocks, t->live_bytes);
     first = false;
+  }
+  /* by owning thread: what each thread's segments hold (owner 0x0: the
+   * segments of exited threads not taken over yet; "others": past the 64th) */
+  fw_out_printf(&o, "\n ],\n \"threads\": [");
+  for (size_t i = 0; i <= sv.nowners && i <= FW_SURVEY_OWNERS; i++) {
+    const fw_owner_tally_t *t = i < sv.nowners ? &sv.owners[i] : &sv.owners[FW_SURVEY_OWNERS];
+    if (i == sv.nowners && !t->segments) break;
+    fw_out_printf(&o, "%s\n  {\"owner\": ", i ? "," : "");
+    if (i < sv.nowners) fw_out_printf(&o, "\"0x%lx\"", (unsigned long)t->owner);
+    else fw_out_printf(&o, "\"others\"");
+    fw_out_printf(&o, ", \"segments\": %zu, \"bytes\": %zu, \"live_bytes\": %zu}", t->segments, t->bytes,
+                  t->live_bytes);
   }
   fw_out_printf(&o, "\n ],\n \"options\": {");
   fw_options_print_json(&o);

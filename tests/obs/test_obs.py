@@ -83,6 +83,11 @@ class Ledger(unittest.TestCase):
         # at exit no other thread runs: the walk explains every byte
         self.assertEqual(lines["unaccounted"], 0, lines)
         self.assertEqual(sum(v for k, v in lines.items() if k != "unaccounted"), committed)
+        # by owning thread: the same live bytes, each segment once
+        threads = s["threads"]
+        self.assertTrue(threads)
+        self.assertEqual(sum(t["live_bytes"] for t in threads), lines["live blocks"] + lines["live large blocks"])
+        self.assertEqual(sum(t["segments"] for t in threads), s["process"]["segments"] - s["process"]["huge_blocks"])
 
     def test_agrees_with_rss(self):
         s = self.rep["stats"]
