@@ -830,20 +830,8 @@ size_t fw_check_usable(const void *p) {
 }
 
 /* ---- heap queries ------------------------------------------------------------------------ */
-/* A block start from the heap walk: live with its user pointer and size. */
-static bool fw_walked_live(const void *block, const uint8_t **user, size_t *size) {
-  fw_page_t *pg = fw_ptr_page(block);
-  fw_blk_t k;
-  memset(&k, 0, sizeof k);
-  fw_blk_at(&k, pg, (uint8_t *)block);
-  if (k.fresh) return false;
-  fw_blk_read(&k);
-  if (!k.stable || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE) return false;
-  *user = fw_blk_user(&k);
-  *size = (size_t)k.t.size;
-  return true;
-}
-
+/* A block start from the heap walk: live with its user pointer and size,
+ * and (pcs non-NULL) its allocation's return addresses. */
 bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, uintptr_t pcs[4], size_t *npcs) {
   fw_page_t *pg = fw_ptr_page(block);
   fw_blk_t k;
@@ -854,11 +842,17 @@ bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, 
   if (!k.stable || k.head != FW_ST_LIVE || k.tail != FW_ST_LIVE) return false;
   *user = fw_blk_user(&k);
   *size = (size_t)k.t.size;
-  size_t n = 0;
-  _Static_assert(FW_CHECK_FRAMES == 4, "the caller's array");
-  for (size_t i = 0; i < FW_CHECK_FRAMES && k.tp->alloc_pc[i]; i++) pcs[n++] = k.tp->alloc_pc[i];
-  *npcs = n;
+  if (pcs) {
+    size_t n = 0;
+    _Static_assert(FW_CHECK_FRAMES == 4, "the caller's array");
+    for (size_t i = 0; i < FW_CHECK_FRAMES && k.tp->alloc_pc[i]; i++) pcs[n++] = k.tp->alloc_pc[i];
+    *npcs = n;
+  }
   return true;
+}
+
+static bool fw_walked_live(const void *block, const uint8_t **user, size_t *size) {
+  return fw_check_block_live(block, user, size, NULL, NULL);
 }
 
 typedef struct { fw_block_visitor_t *visit; void *arg; fw_heap_stats_t *s; } fw_walk_t;

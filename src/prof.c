@@ -138,8 +138,8 @@ static uint64_t fw_mix(uint64_t h) {
   return h;
 }
 
-/* Grows a table to twice its size (or a first size), rehashing its
- * entries with rehash; false without memory. */
+/* The sites' table at twice its size (or its first size), entries placed
+ * again and the samples' site numbers renumbered; false without memory. */
 static bool fw_prof_grow_sites(void) {
   size_t cap = fw_sites_cap ? 2 * fw_sites_cap : 1024;
   fw_site_rec_t *t = fw_os_map(cap * sizeof *t, 0, 0);

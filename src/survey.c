@@ -101,8 +101,6 @@ struct fw_survey_s {
   void *arg;
 };
 
-static size_t fw_slot_size(const fw_segment_t *seg) { return (size_t)seg->page_slices * FW_SLICE_SIZE; }
-
 /* The bytes of [slice, slice + n) that are not the segment's header. */
 static size_t fw_slices_bytes(size_t slice, size_t n) {
   size_t lo = slice * FW_SLICE_SIZE, hi = (slice + n) * FW_SLICE_SIZE;
@@ -147,7 +145,7 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
     fw_survey_large(sv, pg, seg->size - FW_SEGMENT_HEADER);
     if (sv->page_fn) sv->page_fn(sv, seg, pg, 0);
   } else {
-    size_t ps = seg->page_slices, slot = fw_slot_size(seg);
+    size_t ps = seg->page_slices;
     for (size_t s = 0; s < seg->pages_total; s++) {
       uint64_t bit = (uint64_t)1 << s;
       size_t slice = s * ps;
@@ -193,7 +191,6 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
       t->live_bytes += live * bs;
       if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
     }
-    (void)slot;
   }
   ot->live_bytes += sv->line[FW_L_LIVE] + sv->line[FW_L_LARGE_LIVE] - live_before;
   if (sv->segment_end_fn) sv->segment_end_fn(sv);
