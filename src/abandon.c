@@ -117,6 +117,7 @@ void fw_abandon_segments(fw_tld_t *tld) {
       __atomic_store_n(&pg->tag, 0, __ATOMIC_RELAXED);
     }
     fw_stat_add(abandoned, 1);
+    fw_stat_add(abandoned_total, 1);
     fw_abandon_put(seg, due);
     seg = next;
   }
@@ -127,6 +128,7 @@ void fw_abandon_segments(fw_tld_t *tld) {
 static void fw_abandon_adopt(fw_heap_t *heap, fw_segment_t *seg) {
   FW_ASSERT(heap->is_default);
   fw_stat_sub(abandoned, 1);
+  fw_stat_add(adopted_total, 1);
   fw_segment_attach(heap->tld, seg);
   bool large = seg->kind == FW_KIND_LARGE;
   for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {

@@ -104,7 +104,7 @@ static bool fw_arena_claim_at(fw_arena_t *a, size_t w, unsigned shift, size_t n,
   *is_zero = was_dirty == 0;
   /* Clean chunks become committed as they are touched; count them now
    * so that "committed" stays an upper bound. */
-  fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
+  fw_stat_commit((size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
   return true;
 }
 
@@ -281,7 +281,7 @@ bool fw_arena_extend(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t more) 
   } while (!atomic_compare_exchange_weak_explicit(&a->inuse[w], &word, word | m, memory_order_acq_rel,
                                                   memory_order_relaxed));
   uint64_t was_dirty = atomic_fetch_and_explicit(&a->dirty[w], ~m, memory_order_acq_rel) & m;
-  fw_stat_add(committed, (size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
+  fw_stat_commit((size_t)fw_popcount64(m & ~was_dirty) * FW_SEGMENT_SIZE);
   return true;
 }
 

@@ -26,11 +26,18 @@
 FW_INLINE void *fw_malloc_try_fast(size_t size) {
   return fw_likely(size <= FW_DIRECT_MAX) ? fw_page_pop_fast(fw_tls_heap->direct[size]) : NULL;
 }
+/* Only the counting flavour (libfreeway-prof.so) counts the fast frees on
+ * their page: the default's ledger has no alloc and free counts (survey.c). */
+#if FW_PROF_ENTRIES
+#define fw_page_push_fast fw_page_push
+#else
+#define fw_page_push_fast fw_page_push_uncounted
+#endif
 FW_INLINE bool fw_free_try_fast(void *p) {
   if (fw_unlikely(p == NULL)) return true;
   fw_page_t *page = fw_ptr_slice(fw_ptr_segment(p), p);
   if (fw_likely(__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id())) {
-    if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
+    if (fw_unlikely(fw_page_push_fast(page, (fw_block_t *)p))) fw_heap_page_empty(page);
     return true;
   }
   return false;

@@ -177,15 +177,19 @@ void fw_heap_free_local(fw_page_t *page, fw_block_t *b) {
 void fw_heap_collect_delayed(fw_heap_t *heap) {
   fw_block_t *b = atomic_exchange_explicit(&heap->delayed, NULL, memory_order_acquire);
   uintptr_t me = fw_thread_id();
+  uint64_t n = 0;
   while (b) {
     fw_block_t *next = fw_delayed_next(b);
     fw_page_t *page = fw_ptr_page(b);
-    if (atomic_load_explicit(&fw_ptr_segment(b)->thread_id, memory_order_relaxed) == me)
+    if (atomic_load_explicit(&fw_ptr_segment(b)->thread_id, memory_order_relaxed) == me) {
       fw_heap_free_local(page, b);
-    else
+      n++;
+    } else {
       fw_page_free_remote(page, b);  /* a block of the heap's previous life */
+    }
     b = next;
   }
+  if (n) fw_count_add(&heap->tld->counts.remote_frees, n);
 }
 
 void fw_heap_housekeeping(fw_heap_t *heap, bool force) {

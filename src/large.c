@@ -12,6 +12,7 @@
 void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
   page->cls = FW_CLASS_LARGE;
   page->used = 1;
+  fw_count_add(&heap->tld->counts.large_allocs, 1);
   page->capacity = page->reserved = 1;
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, FW_XFREE_DELAYED, memory_order_relaxed);

@@ -18,7 +18,7 @@ void *fw_meta_alloc(size_t size) {
       return NULL;
     }
     fw_stat_add(reserved, chunk);
-    fw_stat_add(committed, chunk);
+    fw_stat_commit(chunk);
     fw_stat_add(meta, chunk);
     fw_meta_cur = m;
     fw_meta_end = m + chunk;

@@ -45,8 +45,12 @@ static void *fw_mmap(size_t size) {
 /* The exact size first: the kernel often places it aligned already. If not,
  * over-map by align and unmap the head and tail, so that the kernel keeps
  * one mapping per call and neighbouring calls can merge. */
+_Atomic(uint64_t) fw_os_calls[FW_OSC_COUNT];
+#define FW_OSC(kind) atomic_fetch_add_explicit(&fw_os_calls[kind], 1, memory_order_relaxed)
+
 void *fw_os_map(size_t size, size_t align, size_t offset) {
   if (!fw_page_size_real) fw_os_init();
+  FW_OSC(FW_OSC_MAP);
   if (size == 0) return NULL;
   size = fw_align_up(size, fw_page_size_real);
   if (align < fw_page_size_real) align = fw_page_size_real;
@@ -72,12 +76,14 @@ void *fw_os_map(size_t size, size_t align, size_t offset) {
 }
 
 void fw_os_unmap(void *p, size_t size) {
+  FW_OSC(FW_OSC_UNMAP);
   if (p && size) munmap(p, size);
 }
 
 void *fw_os_symbol(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 
 bool fw_os_guard(void *p, size_t size, bool guard) {
+  FW_OSC(FW_OSC_GUARD);
   return mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE) == 0;
 }
 
@@ -87,6 +93,7 @@ bool fw_os_guard(void *p, size_t size, bool guard) {
  * memory (mlock, mlockall): then nothing is zeroed and the caller is told. */
 bool fw_os_purge(void *p, size_t size) {
   if (!size) return true;
+  FW_OSC(FW_OSC_PURGE);
   size_t page = fw_os_page_size();
   uintptr_t start = (uintptr_t)p, end = start + size;
   uintptr_t in_start = fw_align_up(start, page), in_end = fw_align_down(end, page);
@@ -128,6 +135,7 @@ static bool fw_os_thp_usable(void) {
 bool fw_os_thp(void *p, size_t size, bool huge) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   if (huge && !fw_os_thp_usable()) return false;
+  FW_OSC(FW_OSC_THP);
   if (madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0) return true;
   if (huge) atomic_store_explicit(&fw_os_thp_state, 2, memory_order_relaxed);
   return false;
@@ -200,6 +208,24 @@ size_t fw_os_rss(void) {
   size_t pages = 0;
   for (s++; *s >= '0' && *s <= '9'; s++) pages = pages * 10 + (size_t)(*s - '0');
   return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+size_t fw_os_rss_peak(void) {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
+  close(fd);
+  buf[len] = 0;
+  const char *s = strstr(buf, "VmHWM:");
+  if (!s) return 0;
+  for (s += 6; *s == ' ' || *s == '\t'; s++) {
+  }
+  size_t kib = 0;
+  for (; *s >= '0' && *s <= '9'; s++) kib = kib * 10 + (size_t)(*s - '0');
+  return kib << 10;
 }
 
 long fw_os_pid(void) { return (long)getpid(); }

@@ -64,6 +64,11 @@ FW_HIDDEN void fw_os_unmap(void *p, size_t size);
 /* Makes the OS pages of [p, p + size) inaccessible (guard) or accessible
  * again; false if the OS refused. Each guard splits its mapping. */
 FW_HIDDEN bool fw_os_guard(void *p, size_t size, bool guard);
+/* How many times freeway asked for each of the primitives above and below
+ * (fw_os_map, fw_os_unmap, fw_os_purge, fw_os_guard, fw_os_thp), for the
+ * ledger: calls of the primitive, each one or a few system calls. */
+enum { FW_OSC_MAP, FW_OSC_UNMAP, FW_OSC_PURGE, FW_OSC_GUARD, FW_OSC_THP, FW_OSC_COUNT };
+FW_HIDDEN extern _Atomic(uint64_t) fw_os_calls[FW_OSC_COUNT];
 /* Gives the memory of [p, p + size) back to the OS and makes it read as
  * zero. True: every byte of the range now reads as zero, and the whole OS
  * pages inside it no longer count as resident (the partial pages at either
@@ -103,6 +108,8 @@ FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
 FW_HIDDEN int fw_os_create(const char *path);
 FW_HIDDEN void fw_os_close(int fd);
 FW_HIDDEN size_t fw_os_rss(void);
+/* The most resident memory the process has had (0 where not told). */
+FW_HIDDEN size_t fw_os_rss_peak(void);
 FW_HIDDEN long fw_os_pid(void);
 FW_HIDDEN uint64_t fw_os_time_ms(void);
 /* Calls fn (in a signal handler, on the thread the signal reaches) each

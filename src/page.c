@@ -15,6 +15,7 @@
 #include "options.h"
 #include "os.h"
 #include "message.h"
+#include "stats.h"
 #include <string.h>
 
 fw_page_t fw_page_empty = {.free = &fw_list_end, .later = &fw_list_end};
@@ -231,9 +232,14 @@ void fw_page_collect(fw_page_t *page) {
   fw_block_set_next(tail, page->free);
   page->free = list;
   page->used -= n;
+  page->frees += n;
+  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  if (heap) fw_count_add(&heap->tld->counts.remote_frees, n);
+  else atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, n, memory_order_relaxed);
 }
 
 bool fw_page_push_later(fw_page_t *page, fw_block_t *b) {
+  page->frees++;
   fw_block_set_next(b, page->later);
   page->later = b;
   return --page->used == 0;

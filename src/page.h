@@ -139,10 +139,17 @@ FW_INLINE bool fw_link_looks_free(const fw_block_t *b) {
  * where fw_link_looks_free is no proof. */
 FW_HIDDEN bool fw_page_lists_hold(const fw_page_t *page, const fw_block_t *b);
 /* Returns true when the page has no live block left. */
-FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
+FW_INLINE bool fw_page_push_uncounted(fw_page_t *page, fw_block_t *b) {
   b->link = fw_link_encode(b, page->free);
   page->free = b;
   return --page->used == 0;
+}
+/* Every free but the default flavour's fast one counts on its page (the
+ * ledger's frees, survey.c): a store the fast path leaves to the counting
+ * flavour, libfreeway-prof.so. */
+FW_INLINE bool fw_page_push(fw_page_t *page, fw_block_t *b) {
+  page->frees++;
+  return fw_page_push_uncounted(page, b);
 }
 FW_INLINE bool fw_page_has_free(const fw_page_t *page) { return page->free != FW_LIST_END; }
 

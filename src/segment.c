@@ -127,7 +127,7 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
   *chunk = 0;
   *is_zero = true;
   fw_stat_add(reserved, bytes);
-  fw_stat_add(committed, bytes);
+  fw_stat_commit(bytes);
   fw_stat_add(direct, bytes);
   fw_stat_add(huge, 1);
   return mem;
@@ -283,7 +283,7 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
   bool is_zero = !(seg->dirty_mask & bits);
   size_t purged = fw_popcount64(seg->purged_mask & bits);
   if (purged) {
-    fw_stat_add(committed, purged * fw_slot_bytes(seg));
+    fw_stat_commit(purged * fw_slot_bytes(seg));
     seg->purged_mask &= ~bits;
   }
   seg->free_mask &= ~bits;
@@ -550,6 +550,13 @@ static void fw_segment_page_free_ex(fw_tld_t *tld, fw_page_t *page, bool warm) {
   FW_ASSERT(tld ? seg->tld == tld : seg->tld == NULL);
   atomic_store_explicit(&page->heap, NULL, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
+  /* the page's count goes to its owner's (with the blocks still live: a
+   * destroyed heap frees them), or to the process's if it has none */
+  size_t cls = page->cls <= FW_CLASS_LARGE ? page->cls : 0;
+  uint64_t frees = page->frees + page->used;
+  if (tld) fw_count_add(&tld->counts.frees[cls], frees);
+  else fw_counts_fold_page(cls, frees);
+  page->frees = 0;
   page->free = NULL;  /* fw_page_init sets up the list of a page put to use */
   page->used = 0;
   fw_page_flags_set(page, FW_PF_UNUSED);

@@ -11,6 +11,26 @@
 #include "stats.def"
 #undef FW_STAT
 
+fw_counts_gone_t fw_counts_gone;
+
+void fw_stat_commit(size_t n) {
+  size_t now = atomic_fetch_add_explicit(&fw_stat_committed, n, memory_order_relaxed) + n;
+  size_t peak = atomic_load_explicit(&fw_stat_committed_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&fw_stat_committed_peak, &peak, now,
+                                                             memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void fw_counts_fold_page(size_t cls, uint64_t frees) {
+  if (frees) atomic_fetch_add_explicit(&fw_counts_gone.frees[cls], frees, memory_order_relaxed);
+}
+
+void fw_counts_fold(const fw_counts_t *c) {
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) fw_counts_fold_page(i, fw_count_read(&c->frees[i]));
+  atomic_fetch_add_explicit(&fw_counts_gone.large_allocs, fw_count_read(&c->large_allocs), memory_order_relaxed);
+  atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, fw_count_read(&c->remote_frees), memory_order_relaxed);
+}
+
 #define LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
 
 int fw_stats_get(fw_stats_t *out) {

@@ -22,6 +22,7 @@
  * Nothing here allocates from the heap it reports on: buffers are on the
  * stack or mapped from the OS (the leak report's table of call sites). */
 #include "survey.h"
+#include "thread.h"
 #include "arena.h"
 #include "segment.h"
 #include "page.h"
@@ -75,6 +76,7 @@ static const char *const fw_ledger_notes[FW_L_COUNT] = {
 
 typedef struct {
   size_t pages, blocks, live_blocks, live_bytes;
+  uint64_t frees; /* the counting flavour's (fw_counts_t); allocations are frees + live */
 } fw_class_tally_t;
 
 typedef struct fw_survey_s fw_survey_t;
@@ -85,8 +87,14 @@ typedef void fw_survey_page_fn(fw_survey_t *sv, const fw_segment_t *seg, const f
 #define FW_SURVEY_OWNERS 64
 typedef struct {
   uintptr_t owner;
-  size_t segments, bytes, live_bytes;
+  size_t segments, bytes, live_bytes, live_blocks, large_live;
+  uint64_t frees, large_frees, large_allocs, remote_frees;
 } fw_owner_tally_t;
+
+/* A thread's allocations, by the rule of fw_class_allocs below. */
+static uint64_t fw_owner_allocs(const fw_owner_tally_t *t) {
+  return (t->frees - t->large_frees) + (t->live_blocks - t->large_live) + t->large_allocs;
+}
 
 struct fw_survey_s {
   size_t line[FW_L_COUNT];
@@ -94,6 +102,7 @@ struct fw_survey_s {
   size_t nowners;
   size_t segments, arenas;
   fw_class_tally_t cls[FW_CLASS_LARGE + 1];
+  uint64_t large_allocs, remote_frees;
   fw_survey_page_fn *page_fn;
   void (*reserved_fn)(fw_survey_t *sv, size_t slice, size_t n);
   void (*segment_fn)(fw_survey_t *sv, const fw_segment_t *seg);
@@ -108,9 +117,14 @@ static size_t fw_slices_bytes(size_t slice, size_t n) {
   return hi > lo ? hi - lo : 0;
 }
 
-static void fw_survey_large(fw_survey_t *sv, const fw_page_t *pg, size_t mem) {
+static void fw_survey_large(fw_survey_t *sv, fw_owner_tally_t *ot, const fw_page_t *pg, size_t mem) {
   fw_class_tally_t *t = &sv->cls[FW_CLASS_LARGE];
+  t->frees += pg->frees;
+  ot->frees += pg->frees;
+  ot->large_frees += pg->frees;
   if (pg->used) {
+    ot->live_blocks++;
+    ot->large_live++;
     size_t bs = pg->block_size < mem ? pg->block_size : mem;
     sv->line[FW_L_LARGE_LIVE] += bs;
     sv->line[FW_L_LARGE_TAIL] += mem - bs;
@@ -121,6 +135,25 @@ static void fw_survey_large(fw_survey_t *sv, const fw_page_t *pg, size_t mem) {
   } else {
     sv->line[FW_L_LCACHE] += mem;
   }
+}
+
+/* Blocks other threads freed into pg that its owner has not taken in yet:
+ * they still count in used. A walk of the page's remote list that stops at
+ * anything but a link within the page, since the owner may take the list
+ * (and hand its blocks out again) while the walk runs. */
+static size_t fw_survey_pending(const fw_page_t *pg) {
+  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
+  const uint8_t *lo = pg->area, *hi = lo + (size_t)pg->capacity * pg->block_size;
+  const fw_block_t *b = (const fw_block_t *)x;
+  size_t n = 0;
+  while (b && (const uint8_t *)b >= lo && (const uint8_t *)b < hi && n < pg->capacity) {
+    n++;
+    uintptr_t t = fw_link_decode(b);
+    const fw_block_t *next = (const fw_block_t *)(t ^ (uintptr_t)b);
+    if (next == FW_LIST_END || FW_LINK_BAD(t)) break;
+    b = next;
+  }
+  return n;
 }
 
 static fw_owner_tally_t *fw_survey_owner(fw_survey_t *sv, uintptr_t owner) {
@@ -142,7 +175,7 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
   if (sv->segment_fn) sv->segment_fn(sv, seg);
   if (seg->kind == FW_KIND_LARGE) {
     const fw_page_t *pg = &seg->pages[0];
-    fw_survey_large(sv, pg, seg->size - FW_SEGMENT_HEADER);
+    fw_survey_large(sv, ot, pg, seg->size - FW_SEGMENT_HEADER);
     if (sv->page_fn) sv->page_fn(sv, seg, pg, 0);
   } else {
     size_t ps = seg->page_slices;
@@ -165,7 +198,7 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
       }
       if (pg->kind == FW_KIND_LARGE) {
         size_t n = pg->slices ? pg->slices : 1;
-        fw_survey_large(sv, pg, fw_slices_bytes(slice, n));
+        fw_survey_large(sv, ot, pg, fw_slices_bytes(slice, n));
         if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
         continue;
       }
@@ -178,7 +211,8 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
       if (pg->area < (const uint8_t *)seg || cap > res || res * bs > mem ||
           pg->area + res * bs > (const uint8_t *)seg + (slice + ps) * FW_SLICE_SIZE)
         continue;
-      size_t live = fw_page_live(pg);
+      size_t live = fw_page_live(pg), pending = fw_survey_pending(pg);
+      live = live > pending ? live - pending : 0;
       if (live > cap) live = cap;
       sv->line[FW_L_LIVE] += live * bs;
       sv->line[FW_L_FREE] += (cap - live) * bs;
@@ -189,6 +223,11 @@ static void fw_survey_segment(fw_survey_t *sv, const fw_segment_t *seg) {
       t->blocks += cap;
       t->live_blocks += live;
       t->live_bytes += live * bs;
+      t->frees += pg->frees + pending;
+      ot->frees += pg->frees + pending;
+      ot->remote_frees += pending;
+      sv->remote_frees += pending;
+      ot->live_blocks += live;
       if (sv->page_fn) sv->page_fn(sv, seg, pg, slice);
     }
   }
@@ -214,10 +253,97 @@ static void fw_survey_arena(uint8_t *base, uint32_t chunks, const uint64_t *inus
   }
 }
 
+/* The counts pages no longer carry: each live thread's, then those of
+ * exited threads and of pages no thread owned. */
+/* Blocks other threads freed into full pages wait on their heap's delayed
+ * list until its thread takes them in; they still count in their pages'
+ * used. Small and medium ones move from live to free here (a large one
+ * stays live until taken in). Each block is validated before it is read,
+ * as the list may be taken while the walk runs. */
+static void fw_survey_delayed(fw_survey_t *sv, const fw_heap_t *heap) {
+  const fw_block_t *b = atomic_load_explicit(&((fw_heap_t *)heap)->delayed, memory_order_acquire);
+  for (size_t n = 0; b && n < ((size_t)1 << 24); n++) {
+    const fw_page_t *pg = fw_page_of_pointer(b, 0);
+    if (!pg) break;
+    size_t bs = pg->block_size;
+    fw_class_tally_t *t = &sv->cls[pg->cls <= FW_CLASS_LARGE ? pg->cls : 0];
+    const fw_segment_t *seg = fw_page_segment(pg);
+    fw_owner_tally_t *ot =
+        fw_survey_owner(sv, atomic_load_explicit(&((fw_segment_t *)seg)->thread_id, memory_order_relaxed));
+    if (pg->kind != FW_KIND_LARGE && t->live_blocks && sv->line[FW_L_LIVE] >= bs && ot->live_blocks &&
+        ot->live_bytes >= bs) {
+      sv->line[FW_L_LIVE] -= bs;
+      sv->line[FW_L_FREE] += bs;
+      t->live_blocks--;
+      t->live_bytes -= bs;
+      t->frees++;
+      ot->live_blocks--;
+      ot->live_bytes -= bs;
+      ot->frees++;
+      ot->remote_frees++;
+      sv->remote_frees++;
+    }
+    b = (const fw_block_t *)(b->link * fw_list_key_inv);
+  }
+}
+
+static void fw_survey_thread(const fw_tld_t *tld, void *arg) {
+  fw_survey_t *sv = arg;
+  size_t n = 0;
+  for (const fw_heap_t *h = __atomic_load_n(&tld->heaps, __ATOMIC_ACQUIRE); h && n < 4096;
+       h = __atomic_load_n(&h->next, __ATOMIC_RELAXED), n++)
+    fw_survey_delayed(sv, h);
+  const fw_counts_t *c = &tld->counts;
+  uintptr_t thread_id = __atomic_load_n(&tld->thread_id, __ATOMIC_RELAXED);
+  uint64_t frees = 0, large = fw_count_read(&c->large_allocs), remote = fw_count_read(&c->remote_frees);
+  uint64_t large_frees = fw_count_read(&c->frees[FW_CLASS_LARGE]);
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) {
+    uint64_t f = fw_count_read(&c->frees[i]);
+    sv->cls[i].frees += f;
+    frees += f;
+  }
+  sv->large_allocs += large;
+  sv->remote_frees += remote;
+  if (!frees && !large && !remote) return;
+  fw_owner_tally_t *ot = fw_survey_owner(sv, thread_id);
+  ot->frees += frees;
+  ot->large_frees += large_frees;
+  ot->large_allocs += large;
+  ot->remote_frees += remote;
+}
+
 static void fw_survey_run(fw_survey_t *sv) {
   sv->line[FW_L_DIRECT] = atomic_load_explicit(&fw_stat_direct, memory_order_relaxed);
   sv->line[FW_L_META] = atomic_load_explicit(&fw_stat_meta, memory_order_relaxed);
   fw_arena_visit(fw_survey_arena, sv);
+  fw_thread_visit(fw_survey_thread, sv);
+  /* threads gone count as owner 0, with the segments they left */
+  uint64_t frees = 0, large_frees = atomic_load_explicit(&fw_counts_gone.frees[FW_CLASS_LARGE], memory_order_relaxed);
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) {
+    uint64_t f = atomic_load_explicit(&fw_counts_gone.frees[i], memory_order_relaxed);
+    sv->cls[i].frees += f;
+    frees += f;
+  }
+  uint64_t large = atomic_load_explicit(&fw_counts_gone.large_allocs, memory_order_relaxed);
+  uint64_t remote = atomic_load_explicit(&fw_counts_gone.remote_frees, memory_order_relaxed);
+  sv->large_allocs += large;
+  sv->remote_frees += remote;
+  if (frees || large || remote) {
+    fw_owner_tally_t *ot = fw_survey_owner(sv, 0);
+    ot->frees += frees;
+    ot->large_frees += large_frees;
+    ot->large_allocs += large;
+    ot->remote_frees += remote;
+  }
+}
+
+/* Blocks handed out of class c since the process started: small classes
+ * count frees only (one store on the free path), so they are frees plus the
+ * blocks live now; large blocks count both (huge blocks' own mappings are
+ * not walked for their live ones). */
+static uint64_t fw_class_allocs(const fw_survey_t *sv, size_t c) {
+  if (c == FW_CLASS_LARGE) return sv->large_allocs;
+  return sv->cls[c].frees + sv->cls[c].live_blocks;
 }
 
 static size_t fw_survey_total(const fw_survey_t *sv) {
@@ -235,6 +361,30 @@ static void fw_json_head(fw_out_t *o, const char *format) {
 
 #define FW_LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
 
+static const char *const fw_osc_names[FW_OSC_COUNT] = {"map", "unmap", "purge", "guard", "huge_pages"};
+
+/* The counts: blocks handed out and freed (the counting flavour only: the
+ * default's fast frees count nothing), frees that crossed threads, and the
+ * calls freeway made to the OS. */
+static void fw_survey_counts_json(fw_out_t *o, const fw_survey_t *sv) {
+  uint64_t allocs = 0, frees = 0;
+  size_t live = 0;
+  for (size_t c = 1; c <= FW_CLASS_LARGE; c++) {
+    allocs += fw_class_allocs(sv, c);
+    frees += sv->cls[c].frees;
+    live += sv->cls[c].live_blocks;
+  }
+  fw_out_printf(o, "\n \"counts\": {\"counting\": %s", fw_flavour_profiling ? "true" : "false");
+  if (fw_flavour_profiling)
+    fw_out_printf(o, ", \"allocs\": %llu, \"frees\": %llu", (unsigned long long)allocs, (unsigned long long)frees);
+  fw_out_printf(o, ", \"live_blocks\": %zu, \"remote_frees\": %llu, \"os_calls\": {", live,
+                (unsigned long long)sv->remote_frees);
+  for (int i = 0; i < FW_OSC_COUNT; i++)
+    fw_out_printf(o, "%s\"%s\": %llu", i ? ", " : "", fw_osc_names[i],
+                  (unsigned long long)atomic_load_explicit(&fw_os_calls[i], memory_order_relaxed));
+  fw_out_printf(o, "}},");
+}
+
 void fw_stats_print_json(int fd) {
   fw_survey_t sv;
   memset(&sv, 0, sizeof sv);
@@ -244,11 +394,16 @@ void fw_stats_print_json(int fd) {
   fw_out_init(&o, fd);
   fw_json_head(&o, "freeway-stats");
   fw_out_printf(&o,
-                ",\n \"process\": {\"rss\": %zu, \"reserved\": %zu, \"committed\": %zu, \"purged_total\": %zu, "
-                "\"segments\": %zu, \"segments_abandoned\": %zu, \"threads\": %zu, \"threads_total\": %zu, "
-                "\"heaps\": %zu, \"huge_blocks\": %zu, \"arenas\": %zu},\n \"ledger\": [",
-                fw_os_rss(), FW_LOAD(reserved), committed, FW_LOAD(purged), FW_LOAD(segments), FW_LOAD(abandoned),
+                ",\n \"process\": {\"rss\": %zu, \"rss_peak\": %zu, \"reserved\": %zu, \"committed\": %zu, "
+                "\"committed_peak\": %zu, \"purged_total\": %zu, "
+                "\"segments\": %zu, \"segments_abandoned\": %zu, \"segments_abandoned_total\": %zu, "
+                "\"segments_adopted_total\": %zu, \"threads\": %zu, \"threads_total\": %zu, "
+                "\"heaps\": %zu, \"huge_blocks\": %zu, \"arenas\": %zu},",
+                fw_os_rss(), fw_os_rss_peak(), FW_LOAD(reserved), committed, FW_LOAD(committed_peak), FW_LOAD(purged),
+                FW_LOAD(segments), FW_LOAD(abandoned), FW_LOAD(abandoned_total), FW_LOAD(adopted_total),
                 FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge), sv.arenas);
+  fw_survey_counts_json(&o, &sv);
+  fw_out_printf(&o, "\n \"ledger\": [");
   for (int i = 0; i < FW_L_COUNT; i++)
     fw_out_printf(&o, "%s\n  {\"line\": \"%s\", \"bytes\": %zu, \"note\": \"%s\"}", i ? "," : "", fw_ledger_names[i],
                   sv.line[i], fw_ledger_notes[i]);
@@ -260,11 +415,15 @@ void fw_stats_print_json(int fd) {
   bool first = true;
   for (size_t c = 1; c <= FW_CLASS_LARGE; c++) {
     const fw_class_tally_t *t = &sv.cls[c];
-    if (!t->pages) continue;
+    if (!t->pages && !(fw_flavour_profiling && fw_class_allocs(&sv, c))) continue;
     fw_out_printf(&o, "%s\n  {\"block_size\": %zu, \"pages\": %zu, \"blocks\": %zu, \"live_blocks\": %zu, "
-                  "\"live_bytes\": %zu}",
+                  "\"live_bytes\": %zu",
                   first ? "" : ",", c == FW_CLASS_LARGE ? (size_t)0 : (size_t)fw_class_size[c], t->pages, t->blocks,
                   t->live_blocks, t->live_bytes);
+    if (fw_flavour_profiling)
+      fw_out_printf(&o, ", \"allocs\": %llu, \"frees\": %llu", (unsigned long long)fw_class_allocs(&sv, c),
+                    (unsigned long long)t->frees);
+    fw_out_printf(&o, "}");
     first = false;
   }
   /* by owning thread: what each thread's segments hold (owner 0x0: the
@@ -272,12 +431,17 @@ void fw_stats_print_json(int fd) {
   fw_out_printf(&o, "\n ],\n \"threads\": [");
   for (size_t i = 0; i <= sv.nowners && i <= FW_SURVEY_OWNERS; i++) {
     const fw_owner_tally_t *t = i < sv.nowners ? &sv.owners[i] : &sv.owners[FW_SURVEY_OWNERS];
-    if (i == sv.nowners && !t->segments) break;
+    if (i == sv.nowners && !t->segments && !t->frees && !t->remote_frees) break;
     fw_out_printf(&o, "%s\n  {\"owner\": ", i ? "," : "");
     if (i < sv.nowners) fw_out_printf(&o, "\"0x%lx\"", (unsigned long)t->owner);
     else fw_out_printf(&o, "\"others\"");
-    fw_out_printf(&o, ", \"segments\": %zu, \"bytes\": %zu, \"live_bytes\": %zu}", t->segments, t->bytes,
-                  t->live_bytes);
+    fw_out_printf(&o, ", \"segments\": %zu, \"bytes\": %zu, \"live_bytes\": %zu, \"live_blocks\": %zu, "
+                  "\"remote_frees_in\": %llu", t->segments, t->bytes, t->live_bytes, t->live_blocks,
+                  (unsigned long long)t->remote_frees);
+    if (fw_flavour_profiling)
+      fw_out_printf(&o, ", \"allocs\": %llu, \"frees\": %llu",
+                    (unsigned long long)fw_owner_allocs(t), (unsigned long long)t->frees);
+    fw_out_printf(&o, "}");
   }
   fw_out_printf(&o, "\n ],\n \"options\": {");
   fw_options_print_json(&o);
@@ -316,15 +480,30 @@ void fw_stats_print(int fd) {
                 "live, %zu ever; heaps %zu; huge blocks %zu\n",
                 FW_LOAD(reserved), FW_LOAD(purged), FW_LOAD(segments), FW_LOAD(abandoned), sv.arenas,
                 FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge));
-  fw_out_printf(&o, "  %10s %8s %12s %12s %14s %6s\n", "block size", "pages", "blocks", "live", "live bytes", "fill");
+  fw_size_text(a, sizeof a, FW_LOAD(committed_peak));
+  fw_size_text(b, sizeof b, fw_os_rss_peak());
+  fw_out_printf(&o, "  peak committed %s, peak resident %s; frees across threads %llu; segments abandoned %zu, "
+                "adopted %zu; OS calls:",
+                a, b, (unsigned long long)sv.remote_frees, FW_LOAD(abandoned_total), FW_LOAD(adopted_total));
+  for (int i = 0; i < FW_OSC_COUNT; i++)
+    fw_out_printf(&o, " %s %llu", fw_osc_names[i],
+                  (unsigned long long)atomic_load_explicit(&fw_os_calls[i], memory_order_relaxed));
+  fw_out_printf(&o, "\n  %10s %8s %12s %12s %14s %6s", "block size", "pages", "blocks", "live", "live bytes", "fill");
+  if (fw_flavour_profiling) fw_out_printf(&o, " %14s %14s", "allocations", "frees");
+  fw_out_printf(&o, "\n");
   for (size_t c = 1; c <= FW_CLASS_LARGE; c++) {
     const fw_class_tally_t *t = &sv.cls[c];
-    if (!t->pages) continue;
+    if (!t->pages && !(fw_flavour_profiling && fw_class_allocs(&sv, c))) continue;
     if (c == FW_CLASS_LARGE) fw_snprintf(a, sizeof a, "large");
     else fw_snprintf(a, sizeof a, "%u", (unsigned)fw_class_size[c]);
-    fw_out_printf(&o, "  %10s %8zu %12zu %12zu %14zu %5zu%%\n", a, t->pages, t->blocks, t->live_blocks,
+    fw_out_printf(&o, "  %10s %8zu %12zu %12zu %14zu %5zu%%", a, t->pages, t->blocks, t->live_blocks,
                   t->live_bytes, t->blocks ? t->live_blocks * 100 / t->blocks : 0);
+    if (fw_flavour_profiling)
+      fw_out_printf(&o, " %14llu %14llu", (unsigned long long)fw_class_allocs(&sv, c), (unsigned long long)t->frees);
+    fw_out_printf(&o, "\n");
   }
+  if (!fw_flavour_profiling)
+    fw_out_printf(&o, "  (allocation and free counts: run with libfreeway-prof.so, the counting flavour)\n");
   fw_out_flush(&o);
   fw_options_print(fd);
 }

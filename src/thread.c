@@ -27,6 +27,11 @@ static _Atomic(int) fw_process_state; /* 0 none, 1 initialising, 2 ready */
 static pthread_key_t fw_thread_key;
 static fw_lock_t fw_tld_lock = FW_LOCK_INIT;
 static fw_tld_t *fw_tld_pool;                /* guarded by fw_tld_lock */
+/* Every tld ever made, for reports that read the counts of live threads
+ * without a lock (a signal may come while a thread holds fw_tld_lock).
+ * Pushed at the front only and never freed, so a walk always ends; a tld
+ * in the pool has counted nothing (its counts went to fw_counts_gone). */
+static _Atomic(fw_tld_t *) fw_tld_all;
 static __thread uint8_t fw_tls_exited __attribute__((tls_model("initial-exec")));
 
 static void fw_thread_done(void *arg);
@@ -81,9 +86,19 @@ static fw_heap_t *fw_thread_setup(void) {
   fw_tld_t *tld = fw_tld_pool;
   if (tld) fw_tld_pool = tld->pool_next;
   fw_lock_release(&fw_tld_lock);
-  if (!tld) tld = fw_meta_alloc(sizeof(fw_tld_t));
+  bool fresh = tld == NULL;
+  if (fresh) tld = fw_meta_alloc(sizeof(fw_tld_t));
   if (!tld) return NULL;
+  fw_tld_t *all_next = tld->all_next;
   memset(tld, 0, sizeof *tld);
+  if (fresh) {
+    fw_tld_t *head = atomic_load_explicit(&fw_tld_all, memory_order_relaxed);
+    do tld->all_next = head;
+    while (!atomic_compare_exchange_weak_explicit(&fw_tld_all, &head, tld, memory_order_release,
+                                                  memory_order_relaxed));
+  } else {
+    tld->all_next = all_next;
+  }
   tld->thread_id = fw_thread_id();
   fw_heap_t *heap = fw_heap_struct_new(tld, true);
   if (!heap) {
@@ -117,6 +132,11 @@ static void fw_thread_teardown(fw_tld_t *tld) {
     fw_heap_struct_free(h);
   }
   fw_abandon_segments(tld);
+  /* zeroed first: a report made meanwhile misses them rather than counting
+   * them twice */
+  fw_counts_t counts = tld->counts;
+  memset(&tld->counts, 0, sizeof tld->counts);
+  fw_counts_fold(&counts);
   /* the segments this thread freed must not wait for another thread's
    * housekeeping to be purged */
   uint64_t now = fw_os_clock_ms();
@@ -161,6 +181,10 @@ void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
     errno = saved;
   }
   return r;
+}
+
+void fw_thread_visit(void (*fn)(const fw_tld_t *tld, void *arg), void *arg) {
+  for (fw_tld_t *t = atomic_load_explicit(&fw_tld_all, memory_order_acquire); t; t = t->all_next) fn(t, arg);
 }
 
 fw_heap_t *fw_thread_heap(void) {

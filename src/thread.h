@@ -16,6 +16,10 @@ FW_HIDDEN void *fw_thread_alloc(int op, void *p, size_t size, size_t align);
 /* The thread's default heap, set up if needed; NULL in a thread whose exit
  * has begun, or without memory. */
 FW_HIDDEN fw_heap_t *fw_thread_heap(void);
+/* Calls fn with every live thread's data, and with some of threads gone
+ * (their counts are zero and they have no heap); without a lock, so from
+ * any thread and in a signal handler: what fn reads may change meanwhile. */
+FW_HIDDEN void fw_thread_visit(void (*fn)(const fw_tld_t *tld, void *arg), void *arg);
 /* Frees blocks that remote frees left on recycled heap structs. */
 FW_HIDDEN void fw_thread_free_late(void);
 

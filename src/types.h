@@ -85,6 +85,9 @@ struct fw_page_s {
                                     free only once free is used up (delayed reuse) */
       _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c) */
       _Atomic(uint32_t) sampled_at; /* the offset from area of the last one sampled */
+      uint64_t frees;            /* blocks freed since the slot became a page (the
+                                    ledger's counts: folded into the owner's
+                                    fw_counts_t when the slot is given back) */
     };
     uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */
   };
@@ -166,6 +169,34 @@ struct fw_heap_s {
   _Atomic(fw_block_t *) delayed;   /* remote frees into full pages */
 };
 
+/* What a thread counted for the ledger (survey.c), written by the thread
+ * alone on slow paths and read by reports without a lock: frees per size
+ * class of the pages it gave back (the pages in use carry their own count),
+ * large blocks it handed out, blocks other threads freed that it took in.
+ * An exiting thread adds them to the process's (stats.h). */
+typedef struct fw_counts_s {
+  uint64_t frees[FW_CLASS_LARGE + 1];
+  uint64_t large_allocs;
+  uint64_t remote_frees;
+} fw_counts_t;
+/* The owner's add to such a count: relaxed loads and stores, so that a
+ * report's read is no data race (plain ones on 32-bit builds, where a 64-bit
+ * atomic would be a call, and a torn read only a report's blemish). */
+FW_INLINE void fw_count_add(uint64_t *c, uint64_t n) {
+#if UINTPTR_MAX > 0xffffffffu
+  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+#else
+  *c += n;
+#endif
+}
+FW_INLINE uint64_t fw_count_read(const uint64_t *c) {
+#if UINTPTR_MAX > 0xffffffffu
+  return __atomic_load_n(c, __ATOMIC_RELAXED);
+#else
+  return *c;
+#endif
+}
+
 /* Per-thread data: what the thread owns besides its heaps. */
 struct fw_tld_s {
   uintptr_t thread_id;
@@ -179,6 +210,8 @@ struct fw_tld_s {
   size_t segments_empty;            /* owned segments with no page in use */
   size_t segments_small;            /* owned segments of small pages */
   fw_tld_t *pool_next;
+  fw_tld_t *all_next;               /* every tld ever made (never freed): reports */
+  fw_counts_t counts;
 };
 
 /* ---- address arithmetic ----------------------------------------------------

@@ -11,9 +11,15 @@
  * blocks of 100 bytes are freed. Every live block is written whole, so
  * that it is resident. With "heap" as its second argument it also
  * allocates 500 blocks of 64 bytes from site_heap in a user heap
- * (fw_heap_new) and destroys the heap. */
+ * (fw_heap_new) and destroys the heap. With "counts" it also allocates
+ * N_CROSS blocks of 5000 bytes that another thread frees, and leaves the
+ * frees for the allocating thread to take in (it allocates no more of that
+ * size). With "stress", four threads allocate and free random sizes, a
+ * quarter of them freed by the next thread, before the blocks above. With
+ * "idle" it allocates nothing (the baseline of the process's memory). */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +28,61 @@
 #define N_SMALL 10000
 #define N_THREAD 1000
 
+#define N_CROSS 3000
 static void *keep[2 * N_SMALL + N_THREAD + 2];
+static void *cross[N_CROSS];
+
+static void *free_cross(void *arg) {
+  (void)arg;
+  for (int i = 0; i < N_CROSS; i++) free(cross[i]);
+  return NULL;
+}
+
+/* Four threads, each with a ring of blocks of random sizes (16 B to 64 KiB,
+ * a few large); every fourth block is handed to the next thread's inbox and
+ * freed there. */
+#define STRESS_THREADS 4
+#define STRESS_OPS 200000
+#define INBOX 1024
+static void *_Atomic inbox[STRESS_THREADS][INBOX];
+
+static void *stress_main(void *arg) {
+  int me = (int)(intptr_t)arg, next = (me + 1) % STRESS_THREADS;
+  uint32_t rng = 0x9e3779b9u * (uint32_t)(me + 1);
+  void *ring[256] = {0};
+  for (int op = 0; op < STRESS_OPS; op++) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    size_t size = (rng & 0xff) == 0 ? 200000 + (rng >> 20) : 16 + (rng >> 8) % ((rng & 1) ? 256 : 65536);
+    int slot = (int)((rng >> 3) & 255);
+    void *p = ring[slot];
+    if (p) {
+      if ((rng & 3) == 0) {
+        void *old = atomic_exchange(&inbox[next][op % INBOX], p);
+        free(old);
+      } else {
+        free(p);
+      }
+    }
+    ring[slot] = malloc(size);
+    if (ring[slot]) memset(ring[slot], me, size < 64 ? size : 64);
+    void *in = atomic_exchange(&inbox[me][op % INBOX], NULL);
+    free(in);
+  }
+  for (int i = 0; i < 256; i++) free(ring[i]);
+  return NULL;
+}
+
+static int stress(void) {
+  pthread_t t[STRESS_THREADS];
+  for (int i = 0; i < STRESS_THREADS; i++)
+    if (pthread_create(&t[i], NULL, stress_main, (void *)(intptr_t)i) != 0) return 1;
+  for (int i = 0; i < STRESS_THREADS; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < STRESS_THREADS; i++)
+    for (int j = 0; j < INBOX; j++) free(atomic_exchange(&inbox[i][j], NULL));
+  return 0;
+}
 
 __attribute__((noinline)) void *site_small(size_t n) {
   void *p = malloc(n);
@@ -80,6 +140,9 @@ int main(int argc, char **argv) {
   fprintf(f, "site_small %p\nsite_thread %p\nsite_big %p\nsite_heap %p\n", (void *)site_small,
           (void *)site_thread, (void *)site_big, (void *)site_heap);
   fclose(f);
+  const char *mode = argc > 2 ? argv[2] : "";
+  if (strcmp(mode, "idle") == 0) return 0;
+  if (strcmp(mode, "stress") == 0 && stress() != 0) return 1;
   for (int i = 0; i < 2 * N_SMALL; i++) {
     keep[i] = site_small(100);
     if (!keep[i]) return 1;
@@ -92,6 +155,11 @@ int main(int argc, char **argv) {
   keep[2 * N_SMALL + N_THREAD + 1] = site_big(3u << 20);
   memset(keep[2 * N_SMALL + N_THREAD], 4, 300000);
   memset(keep[2 * N_SMALL + N_THREAD + 1], 5, 3u << 20);
-  if (argc > 2 && strcmp(argv[2], "heap") == 0 && user_heap() != 0) return 1;
+  if (strcmp(mode, "heap") == 0 && user_heap() != 0) return 1;
+  if (strcmp(mode, "counts") == 0) {
+    for (int i = 0; i < N_CROSS; i++)
+      if (!(cross[i] = malloc(5000))) return 1;
+    if (pthread_create(&t, NULL, free_cross, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
+  }
   return 0;
 }

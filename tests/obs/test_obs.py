@@ -290,6 +290,119 @@ class Profile(unittest.TestCase):
         self.assertEqual(glob.glob(os.path.join(rep["dir"], "freeway-*-heap.pb")), [])
 
 
+def class_sum(stats, lo, hi, key):
+    return sum(c.get(key, 0) for c in stats["classes"] if lo <= c["block_size"] <= hi)
+
+
+class Counts(unittest.TestCase):
+    """The counting flavour's allocation and free counts (libfreeway-prof.so),
+    against what obs_prog "counts" did; at exit no other thread runs, so
+    every count is exact but for the blocks the C library allocates itself."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rep, _, cls.stderr = run({}, lib=PROF_LIB, args=("counts",))
+        cls.s = cls.rep["stats"]
+
+    def test_totals_agree(self):
+        c = self.s["counts"]
+        self.assertTrue(c["counting"])
+        self.assertEqual(c["allocs"], sum(k["allocs"] for k in self.s["classes"]))
+        self.assertEqual(c["frees"], sum(k["frees"] for k in self.s["classes"]))
+        # nothing runs at exit: what was handed out and not freed is live
+        self.assertEqual(c["allocs"] - c["frees"], c["live_blocks"])
+        self.assertEqual(c["live_blocks"], sum(k["live_blocks"] for k in self.s["classes"]))
+        for k in self.s["classes"]:
+            self.assertEqual(k["allocs"] - k["frees"], k["live_blocks"], k)
+        # each thread's counts (0x0: threads that have exited) add up to them
+        self.assertEqual(sum(t.get("allocs", 0) for t in self.s["threads"]), c["allocs"])
+        self.assertEqual(sum(t.get("frees", 0) for t in self.s["threads"]), c["frees"])
+
+    def test_classes(self):
+        # 20000 blocks of 100 bytes, 10000 of them freed
+        self.assertLess(abs(class_sum(self.s, 100, 128, "allocs") - 20000), 50)
+        self.assertLess(abs(class_sum(self.s, 100, 128, "frees") - 10000), 50)
+        self.assertEqual(class_sum(self.s, 100, 128, "live_blocks"), 10000)
+        # 1000 blocks of 300 bytes from a thread that has exited: live
+        self.assertGreaterEqual(class_sum(self.s, 300, 384, "allocs"), 1000)
+        self.assertGreaterEqual(class_sum(self.s, 300, 384, "live_blocks"), 1000)
+        # N_CROSS blocks of 5000 bytes, all freed by another thread; the
+        # allocating thread has not taken the frees in (it allocated no more
+        # of that size), so the report finds them on the pages' remote lists
+        self.assertEqual(class_sum(self.s, 5000, 5120, "allocs"), 3000)
+        self.assertEqual(class_sum(self.s, 5000, 5120, "frees"), 3000)
+        self.assertEqual(class_sum(self.s, 5000, 5120, "live_blocks"), 0)
+        large = [k for k in self.s["classes"] if k["block_size"] == 0][0]
+        self.assertGreaterEqual(large["allocs"], 2)
+        self.assertEqual(large["allocs"] - large["frees"], large["live_blocks"])
+
+    def test_cross_thread_and_os(self):
+        c = self.s["counts"]
+        self.assertGreaterEqual(c["remote_frees"], 3000)
+        self.assertGreaterEqual(sum(t["remote_frees_in"] for t in self.s["threads"]), 3000)
+        self.assertGreaterEqual(c["os_calls"]["map"], 1)
+        p = self.s["process"]
+        self.assertGreaterEqual(p["committed_peak"], p["committed"])
+        self.assertGreaterEqual(p["rss_peak"], p["rss"])
+        # the thread that made the 300-byte blocks exited with them live:
+        # its segment was abandoned, and adopted by the next thread (or not)
+        self.assertGreaterEqual(p["segments_abandoned_total"], 1)
+        self.assertIn("allocations", self.stderr)
+
+    def test_default_flavour(self):
+        # libfreeway.so does not count its fast frees: no alloc and free
+        # counts, but the frees across threads, the OS calls and the peaks
+        rep, _, err = run({}, args=("counts",))
+        s = rep["stats"]
+        self.assertFalse(s["counts"]["counting"])
+        self.assertNotIn("allocs", s["counts"])
+        self.assertNotIn("allocs", s["classes"][0])
+        self.assertGreaterEqual(s["counts"]["remote_frees"], 3000)
+        self.assertEqual(class_sum(s, 5000, 5120, "live_blocks"), 0)
+        self.assertGreaterEqual(s["counts"]["os_calls"]["map"], 1)
+        self.assertIn("counting flavour", err)
+
+
+class Stress(unittest.TestCase):
+    """Four threads allocating and freeing random sizes, a quarter of the
+    frees by another thread, then the known blocks: the ledger still adds up
+    exactly, and so do the counts."""
+
+    def test_adds_up_after_stress(self):
+        for lib in (LIB, PROF_LIB):
+            rep, _, _ = run({}, lib=lib, args=("stress",))
+            s = rep["stats"]
+            lines = {l["line"]: l["bytes"] for l in s["ledger"]}
+            self.assertEqual(lines["unaccounted"], 0, lines)
+            self.assertEqual(sum(v for k, v in lines.items() if k != "unaccounted"), s["process"]["committed"])
+            self.assertEqual(class_sum(s, 100, 128, "live_blocks"), 10000)
+            self.assertGreaterEqual(s["counts"]["remote_frees"], 10000)
+            if lib == PROF_LIB:
+                c = s["counts"]
+                self.assertGreater(c["allocs"], 4 * 200000)
+                self.assertEqual(c["allocs"] - c["frees"], c["live_blocks"])
+                self.assertEqual(sum(t.get("allocs", 0) for t in s["threads"]), c["allocs"])
+
+
+class RssAgreement(unittest.TestCase):
+    """The ledger against the OS: what obs_prog adds to the process's
+    resident memory, over the same program allocating nothing, lies between
+    the live bytes it wrote whole and what freeway committed for them, within
+    2 MiB either way (the C library's own buffers, stack, page tables)."""
+
+    def test_rss_margin(self):
+        idle, _, _ = run({}, args=("idle",))
+        full, _, _ = run({})
+        margin = 2 << 20
+        i, f = idle["stats"], full["stats"]
+        lines = {l["line"]: l["bytes"] for l in f["ledger"]}
+        live = lines["live blocks"] + lines["live large blocks"]
+        grew = f["process"]["rss"] - i["process"]["rss"]
+        committed = f["process"]["committed"] - i["process"]["committed"]
+        self.assertGreaterEqual(grew, live - margin, (grew, live))
+        self.assertLessEqual(grew, committed + margin, (grew, committed))
+
+
 class DumpSignal(unittest.TestCase):
     def test_dump_on_signal(self):
         # a shell that sends itself SIGUSR2 (12): the ledger is written then,
