@@ -47,15 +47,21 @@ def load_tool():
     return mod
 
 
-def freeway(*args, env=None, cwd=None, tool=None, unset_lib=False, timeout=60):
-    """Runs the command; returns (exit status, stdout, stderr)."""
-    # each test sets the modes it checks: none inherited (the suite also runs
-    # under FREEWAY_CAUTIOUS=1), but the library's location
+def clean_env(env=None, unset_lib=False):
+    """The environment for a command: each test sets the modes it checks,
+    none inherited (the suite also runs under FREEWAY_CAUTIOUS=1), but the
+    library's location."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("FREEWAY_") or k == "FREEWAY_LIB"}
     if unset_lib:
         e.pop("FREEWAY_LIB", None)
     if env:
         e.update(env)
+    return e
+
+
+def freeway(*args, env=None, cwd=None, tool=None, unset_lib=False, timeout=60):
+    """Runs the command; returns (exit status, stdout, stderr)."""
+    e = clean_env(env, unset_lib)
     p = subprocess.run([sys.executable, tool or TOOL] + list(args), env=e, cwd=cwd,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
@@ -96,7 +102,11 @@ class HelpTest(unittest.TestCase):
                             (["run", "--help"], ["--stats", "--leaks", "--map", "--out",
                                                  "--set", "FREEWAY_LIB", "examples"]),
                             (["report", "--help"], ["--json", "--svg", "--html", "--top",
-                                                    "examples"])):
+                                                    "examples"]),
+                            (["top", "--help"], ["PID", "--interval", "--once", "--count",
+                                                 "--json", "--rows", "--timeout",
+                                                 "freeway run --top", "FREEWAY_DUMP_SIGNAL",
+                                                 "FREEWAY_REPORT_DIR", "Ctrl-C", "examples"])):
             rc, out, _ = freeway(*args)
             self.assertEqual(rc, 0, args)
             for w in words:
@@ -194,6 +204,28 @@ class RunTest(unittest.TestCase):
             self.assertEqual(env.get(name), "1", name)
         self.assertEqual(env["FREEWAY_PURGE_DELAY"], "0")
         self.assertEqual(env["FREEWAY_REPORT_DIR"], out_dir)
+        self.assertTrue(os.path.isdir(out_dir))
+
+    def test_top_environment(self):
+        # --top: the dump signal and a directory of its own, gone after the run
+        rc, out, err = freeway("run", "--top", "--", *PRINT_ENV, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        env = last_json(out)
+        self.assertEqual(env["FREEWAY_DUMP_SIGNAL"], str(int(signal.SIGUSR2)))
+        self.assertNotIn("FREEWAY_SHOW_STATS", env)
+        d = env["FREEWAY_REPORT_DIR"]
+        self.assertTrue(os.path.isabs(d), d)
+        self.assertFalse(os.path.exists(d), "the directory of --top outlives the run")
+        self.assertEqual(os.listdir(self.tmp), [])
+        self.assertRegex(err, r"runs as pid \d+; see its memory live with: \S*freeway top \d+")
+        # with --out, that directory; --set comes after the flags
+        out_dir = os.path.join(self.tmp, "rep")
+        rc, out, err = freeway("run", "--top", "--out", out_dir, "--set", "dump_signal=10",
+                               "--quiet", "--", *PRINT_ENV, cwd=self.tmp)
+        self.assertEqual(rc, 0, err)
+        env = last_json(out)
+        self.assertEqual(env["FREEWAY_REPORT_DIR"], out_dir)
+        self.assertEqual(env["FREEWAY_DUMP_SIGNAL"], "10")
         self.assertTrue(os.path.isdir(out_dir))
 
     def test_plain_run_sets_no_reports(self):
@@ -603,6 +635,44 @@ class HelpersTest(unittest.TestCase):
         self.assertEqual(tool.human(3 << 20), "3.0 MiB")
         self.assertEqual(tool.human(5 << 30), "5.0 GiB")
 
+    def test_option_number(self):
+        # FREEWAY_DUMP_SIGNAL as the library reads it (src/options.c)
+        tool = load_tool()
+        for text, v in (("12", 12), (" 12 ", 12), ("+7", 7), ("yes", 1), ("ON", 1), ("off", 0),
+                        ("usr2", None), ("12x", None), ("", None), ("0x0c", None)):
+            self.assertEqual(tool.option_number(text), v, text)
+
+    def test_top_rates(self):
+        """freeway top's rates: the change between two samples over the
+        time between their walks (time_ms), per line, class and thread."""
+        tool = load_tool()
+        with open(fixture(os.path.join("real", "freeway-9926-stats.json"))) as f:
+            a = json.load(f)
+        b = json.loads(json.dumps(a))
+        b["time_ms"] = a["time_ms"] + 2000
+        for line in b["ledger"]:
+            if line["line"] == "live blocks":
+                line["bytes"] += 4 << 20
+            if line["line"] == "free page slots":
+                line["bytes"] -= 1 << 20
+        b["process"]["committed"] += 3 << 20
+        b["classes"][0]["live_bytes"] += 4 << 20
+        for r in (a, b):
+            r["_got"], r["_pid"], r["_name"] = 0.0, 9926, "prog"
+        first = "\n".join(tool.render_top(a, None, 1, 2.0, 8))
+        self.assertNotIn("MiB/s", first)
+        out = "\n".join(tool.render_top(b, a, 2, 2.0, 8))
+        self.assertRegex(out, r"(?m)^  committed +\S+ MiB +\+1\.50 MiB/s ")
+        self.assertRegex(out, r"(?m)^  live +\S+ MiB +\+2\.00 MiB/s ")
+        self.assertRegex(out, r"(?m)^  rss +\S+ MiB +\+0\.00 MiB/s ")
+        self.assertRegex(out, r"(?m)^  live blocks +.* \+2\.00 MiB/s$")
+        self.assertRegex(out, r"(?m)^  free page slots +.* -0\.50 MiB/s$")
+        self.assertRegex(out, r"(?m)^ +%d B +10000 +.* \+2\.00 MiB/s$" % a["classes"][0]["block_size"])
+        self.assertIn("sample 2, every 2 s", out)
+        # the size classes by live bytes: the large blocks first here
+        self.assertLess(out.index("  large "), out.index(" 112 B "))
+        self.assertIn("the top 1 of 4", "\n".join(tool.render_top(b, a, 2, 2.0, 1)))
+
 
 def compiler():
     cc = os.environ.get("FWT_CC") or "cc"
@@ -906,6 +976,351 @@ class RealRunTest(unittest.TestCase):
                            stderr=subprocess.PIPE, timeout=600)
         self.assertEqual(p.returncode, 0, p.stderr.decode())
         self.assertRegex(p.stdout.decode(), r"(?m)^ +%d .*fwt_cli_hold_blocks$" % HOLD_BLOCKS)
+
+
+# A program that holds known blocks while it runs, for freeway top:
+# TOP_BLOCKS blocks of TOP_SIZE bytes (a size class) and one block of
+# TOP_BIG bytes, written whole (resident). It prints "ready PID", then for
+# each line "grow" on its stdin holds TOP_GROW more bytes (written whole)
+# and prints "grown"; it exits at the end of its input.
+TOP_BLOCKS, TOP_SIZE, TOP_BIG, TOP_GROW = 3000, 1792, 16 << 20, 8 << 20
+TOP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void *volatile fwt_top_held[%(blocks)d + 64];
+
+int main(void)
+{
+    char line[64];
+    int n = %(blocks)d;
+    for (int i = 0; i < %(blocks)d; i++) {
+        if (!(fwt_top_held[i] = malloc(%(size)d)))
+            return 1;
+        memset(fwt_top_held[i], 0x5a, %(size)d);
+    }
+    if (!(fwt_top_held[n] = malloc(%(big)d)))
+        return 1;
+    memset(fwt_top_held[n++], 0x5a, %(big)d);
+    printf("ready %%d\n", (int)getpid());
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        if (strcmp(line, "grow\n") || n == %(blocks)d + 64)
+            continue;
+        if (!(fwt_top_held[n] = malloc(%(grow)d)))
+            return 1;
+        memset(fwt_top_held[n++], 0x5a, %(grow)d);
+        printf("grown\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+""" % {"blocks": TOP_BLOCKS, "size": TOP_SIZE, "big": TOP_BIG, "grow": TOP_GROW}
+
+SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def shown_size(out, name):
+    """The size freeway top shows on its line NAME (e.g. 'live'), in bytes
+    (to the precision shown: one decimal)."""
+    m = re.search(r"(?m)^  %s +(-?[\d.]+) (B|KiB|MiB|GiB|TiB)\b" % re.escape(name), out)
+    if not m:
+        raise AssertionError("no line %r in:\n%s" % (name, out))
+    return float(m.group(1)) * SIZE_UNITS[m.group(2)]
+
+
+def shown_rate(out, name):
+    """The change freeway top shows on line NAME, in MiB/s."""
+    m = re.search(r"(?m)^  %s +\S+ \S+ +([+-]\d+\.\d\d) MiB/s" % re.escape(name), out)
+    if not m:
+        raise AssertionError("no rate on line %r in:\n%s" % (name, out))
+    return float(m.group(1))
+
+
+def no_such_pid():
+    """A process number no process has: above the kernel's largest."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read()) + 1
+    except (OSError, ValueError):
+        return (1 << 22) + 1
+
+
+@unittest.skipUnless(os.path.isdir("/proc/self"), "no /proc: freeway top not tested")
+class TopErrorTest(unittest.TestCase):
+    """freeway top refuses, saying why and how to start the process, what it
+    cannot watch; and never sends the signal to a process that would not
+    catch it."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def sleeper(self, env=None):
+        """A process (no freeway) with env added to a clean environment."""
+        p = subprocess.Popen(["sleep", "60"], env=clean_env(env))
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        return p
+
+    def test_no_such_pid(self):
+        rc, out, err = freeway("top", "--once", str(no_such_pid()))
+        self.assertEqual(rc, 1)
+        self.assertEqual(out, "")
+        self.assertIn("no process %d" % no_such_pid(), err)
+        self.assertNotIn("Traceback", err)
+
+    def test_not_started_with_the_signal(self):
+        p = self.sleeper()
+        rc, _, err = freeway("top", "--once", str(p.pid))
+        self.assertEqual(rc, 1)
+        self.assertIn("was not started with FREEWAY_DUMP_SIGNAL", err)
+        self.assertIn("freeway run --top -- PROG", err)
+
+    def test_signal_without_directory(self):
+        p = self.sleeper({"FREEWAY_DUMP_SIGNAL": "12"})
+        rc, _, err = freeway("top", "--once", str(p.pid))
+        self.assertEqual(rc, 1)
+        self.assertIn("no FREEWAY_REPORT_DIR", err)
+        p = self.sleeper({"FREEWAY_DUMP_SIGNAL": "usr2", "FREEWAY_REPORT_DIR": self.tmp})
+        rc, _, err = freeway("top", "--once", str(p.pid))
+        self.assertEqual(rc, 1)
+        self.assertIn("not a number", err)
+        p = self.sleeper({"FREEWAY_DUMP_SIGNAL": "12",
+                          "FREEWAY_REPORT_DIR": os.path.join(self.tmp, "missing")})
+        rc, _, err = freeway("top", "--once", str(p.pid))
+        self.assertEqual(rc, 1)
+        self.assertIn("not a directory", err)
+
+    def test_library_not_loaded(self):
+        # the variables, but nothing to answer SIGUSR2: it would end the
+        # process, so it is not sent
+        p = self.sleeper({"FREEWAY_DUMP_SIGNAL": str(int(signal.SIGUSR2)),
+                          "FREEWAY_REPORT_DIR": self.tmp})
+        rc, _, err = freeway("top", "--once", str(p.pid))
+        self.assertEqual(rc, 1)
+        self.assertIn("library is not loaded", err)
+        self.assertIsNone(p.poll(), "freeway top ended the process")
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_bad_arguments(self):
+        for args in (["--interval", "0"], ["--count", "0"], ["--timeout", "-1"],
+                     ["--rows", "-1"]):
+            rc, _, err = freeway("top", *args, "1")
+            self.assertEqual(rc, 1, args)
+            self.assertIn(args[0], err)
+        rc, _, err = freeway("top", "--once", "--count", "2", "1")
+        self.assertEqual(rc, 2)
+        rc, _, err = freeway("top", "nope")
+        self.assertEqual(rc, 2)
+        self.assertIn("PID", err)
+
+    def test_permission(self):
+        """A process of another user: freeway top says whose it is."""
+        p = self.sleeper({"FREEWAY_DUMP_SIGNAL": "12", "FREEWAY_REPORT_DIR": self.tmp})
+        if os.geteuid() != 0:
+            try:
+                with open("/proc/1/environ", "rb"):
+                    self.skipTest("the environment of process 1 is readable")
+            except PermissionError:
+                pass
+            except OSError:
+                self.skipTest("no process 1 to try")
+            cmd, pid = [], 1
+        else:
+            # as root: freeway top run as another user, on root's process
+            setpriv = shutil.which("setpriv")
+            if not setpriv:
+                self.skipTest("running as root without setpriv: no other user to be")
+            cmd, pid = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"], p.pid
+            probe = subprocess.run(cmd + [sys.executable, TOOL, "--version"], env=clean_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if probe.returncode != 0:
+                self.skipTest("cannot run the command as another user: %s" % probe.stderr.decode())
+        r = subprocess.run(cmd + [sys.executable, TOOL, "top", "--once", str(pid)],
+                           env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=60)
+        err = r.stderr.decode()
+        self.assertEqual(r.returncode, 1, err)
+        self.assertIn("permission denied", err)
+        self.assertIn("another user", err)
+
+
+@unittest.skipUnless(LIB and os.path.isfile(LIB), "FREEWAY_LIB does not name the built library")
+@unittest.skipUnless(compiler(), "no C compiler: freeway top not tested on a real process")
+@unittest.skipUnless(os.path.isdir("/proc/self"), "no /proc: freeway top not tested")
+class TopTest(unittest.TestCase):
+    """freeway top on a program started with freeway run --top that holds
+    known amounts."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+        src = os.path.join(cls.tmp, "top_hold.c")
+        with open(src, "w") as f:
+            f.write(TOP_C)
+        cls.exe = os.path.join(cls.tmp, "top_hold")
+        p = subprocess.run([compiler(), "-O1", "-o", cls.exe, src], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            shutil.rmtree(cls.tmp)
+            raise unittest.SkipTest("cannot build the test program: %s" % p.stdout.decode()[-300:])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def start(self, *flags):
+        """Starts the program with freeway run --top FLAGS; returns the run
+        (a Popen: the program's stdin and stdout are its) and the program's
+        pid. The library writes the ledger on the program's stderr at each
+        sample: into a file, so that no pipe fills."""
+        err = tempfile.TemporaryFile(dir=self.tmp)
+        self.addCleanup(err.close)
+        run = subprocess.Popen([sys.executable, TOOL, "run", "--top"] + list(flags) +
+                               ["--", self.exe], env=clean_env(), cwd=self.tmp,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        run.err = err
+        self.addCleanup(self.stop, run)
+        line = run.stdout.readline().decode()
+        self.assertRegex(line, r"^ready \d+$")
+        return run, int(line.split()[1])
+
+    def stop(self, run):
+        """Ends the program (end of its input); returns freeway run's
+        status, its further output in run.rest."""
+        if not run.stdout.closed:
+            try:
+                run.rest, _ = run.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+                run.rest = b""
+        return run.returncode
+
+    def run_err(self, run):
+        run.err.seek(0)
+        return run.err.read().decode(errors="replace")
+
+    def test_once(self):
+        run, pid = self.start()
+        rc, out, err = freeway("top", "--once", str(pid))
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("\x1b", out, "escape sequences when stdout is not a terminal")
+        self.assertRegex(out, r"^freeway top  pid %d \(top_hold\)  .*sample 1" % pid)
+        held = TOP_BLOCKS * TOP_SIZE + TOP_BIG
+        # live: the block sizes of the held blocks; a large block takes a
+        # run of slices or whole segments (4 MiB), the rest is stdio's
+        live, committed, rss = (shown_size(out, k) for k in ("live", "committed", "rss"))
+        tenth = 0.05 * (1 << 20)  # one decimal of MiB
+        self.assertGreaterEqual(live, held - tenth)
+        self.assertLessEqual(live, held + (5 << 20))
+        self.assertGreaterEqual(committed, live - tenth)
+        self.assertGreaterEqual(rss, held - tenth)  # every held byte was written
+        # the held blocks' size class, with their count, and one thread
+        self.assertRegex(out, r"(?m)^ +%d B +%d +\S+ \S+ +\d+\.\d%%$" % (TOP_SIZE, TOP_BLOCKS))
+        self.assertRegex(out, r"(?m)^ +large +1 ")
+        self.assertIn("1 thread", out)
+        self.assertRegex(out, r"(?m)^  unaccounted +")
+        # the first sample has no rates
+        self.assertNotIn("MiB/s", out)
+        self.assertEqual(self.stop(run), 0)
+        self.assertIn("freeway top %d" % pid, self.run_err(run))
+
+    def test_json(self):
+        run, pid = self.start()
+        rc, out, err = freeway("top", "--once", "--json", str(pid))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(out.splitlines()), 1, out)
+        r = json.loads(out)
+        self.assertEqual((r["format"], r["version"], r["pid"]), ("freeway-stats", 1, pid))
+        cls = {c["block_size"]: c for c in r["classes"]}
+        self.assertEqual(cls[TOP_SIZE]["live_blocks"], TOP_BLOCKS)
+        self.assertEqual(cls[0]["live_blocks"], 1)
+        self.assertGreaterEqual(cls[0]["live_bytes"], TOP_BIG)
+        ledger = {line["line"]: line["bytes"] for line in r["ledger"]}
+        self.assertEqual(sum(ledger.values()), r["process"]["committed"])
+        self.assertEqual(r["options"]["dump_signal"], int(signal.SIGUSR2))
+        report_dir = r["options"]["report_dir"]
+        self.assertTrue(os.path.isfile(os.path.join(report_dir, "freeway-%d-stats.json" % pid)))
+        self.assertEqual(self.stop(run), 0)
+        self.assertFalse(os.path.exists(report_dir))
+
+    def test_rates(self):
+        """Two samples, the program holding TOP_GROW more bytes in between:
+        the second shows the change per second."""
+        run, pid = self.start()
+        top = subprocess.Popen([sys.executable, TOOL, "top", "--count", "2", "--interval", "2",
+                                str(pid)], env=clean_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        self.addCleanup(top.wait)
+        self.addCleanup(top.kill)
+        first = []
+        for line in top.stdout:
+            first.append(line.decode())
+            if line.startswith(b"Ledger:"):
+                break
+        run.stdin.write(b"grow\n")
+        run.stdin.flush()
+        self.assertEqual(run.stdout.readline(), b"grown\n")
+        rest, err = top.communicate(timeout=60)
+        self.assertEqual(top.returncode, 0, err.decode())
+        first, second = "".join(first), rest.decode().split("\nfreeway top  ", 1)[1]
+        self.assertIn("sample 1", first)
+        self.assertIn("sample 2", second)
+        grew = shown_size(second, "live") - shown_size(first, "live")
+        self.assertGreaterEqual(grew, TOP_GROW - 0.1 * (1 << 20))
+        self.assertLessEqual(grew, TOP_GROW + (5 << 20))
+        # what it grew (a block size: whole segments for a large block)
+        # over the 2 s between the two walks, a little more with the time a
+        # walk takes
+        mib = grew / float(1 << 20)
+        self.assertGreater(shown_rate(second, "live"), mib / 3.0)
+        self.assertLess(shown_rate(second, "live"), mib / 1.8)
+        self.assertGreater(shown_rate(second, "rss"), 0)
+        self.assertRegex(second, r"(?m)^ +large +2 +\S+ \S+ +\S+ +\+\d+\.\d\d MiB/s$")
+
+    def test_until_the_process_exits(self):
+        run, pid = self.start("--quiet")
+        top = subprocess.Popen([sys.executable, TOOL, "top", "--interval", "0.2", str(pid)],
+                               env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(top.wait)
+        self.addCleanup(top.kill)
+        top.stdout.readline()
+        self.assertEqual(self.stop(run), 0)
+        out, err = top.communicate(timeout=60)
+        self.assertEqual(top.returncode, 0, err.decode())
+        self.assertIn("process %d (top_hold) has exited" % pid, err.decode())
+        self.assertNotIn("Traceback", err.decode())
+
+    def test_interrupt(self):
+        run, pid = self.start()
+        top = subprocess.Popen([sys.executable, TOOL, "top", "--interval", "0.2", str(pid)],
+                               env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(top.wait)
+        self.addCleanup(top.kill)
+        top.stdout.readline()
+        top.send_signal(signal.SIGINT)
+        out, err = top.communicate(timeout=60)
+        self.assertEqual(top.returncode, 0, err.decode())
+        self.assertEqual(err.decode(), "")
+        self.assertIsNone(run.poll(), "the program ended with freeway top")
+        self.assertEqual(self.stop(run), 0)
+        # each sample also printed the ledger on the program's stderr
+        self.assertIn("freeway", self.run_err(run))
+
+    def test_out_directory(self):
+        """With --out, the directory is kept; the stats freeway top asked
+        for are not rendered as a report at exit (no --stats)."""
+        out_dir = os.path.join(self.tmp, "rep")
+        run, pid = self.start("--out", out_dir)
+        rc, out, err = freeway("top", "--once", str(pid))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.stop(run), 0)
+        self.assertNotIn(b"==>", run.rest)
+        self.assertIn("freeway-%d-stats.json" % pid, os.listdir(out_dir))
 
 
 if __name__ == "__main__":
