@@ -193,6 +193,8 @@ int fw_os_create(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TR
 
 void fw_os_close(int fd) { close(fd); }
 
+bool fw_os_rename(const char *from, const char *to) { return rename(from, to) == 0; }
+
 size_t fw_os_rss(void) {
   /* statm: size resident shared ... in pages; read with plain system calls,
    * as stdio would allocate */

@@ -107,6 +107,8 @@ FW_HIDDEN __attribute__((noreturn)) void fw_os_abort(void);
  * time (ms since 1970), for time stamps, not for measuring. */
 FW_HIDDEN int fw_os_create(const char *path);
 FW_HIDDEN void fw_os_close(int fd);
+/* Renames a file over another, atomically for readers of the second. */
+FW_HIDDEN bool fw_os_rename(const char *from, const char *to);
 FW_HIDDEN size_t fw_os_rss(void);
 /* The most resident memory the process has had (0 where not told). */
 FW_HIDDEN size_t fw_os_rss_peak(void);

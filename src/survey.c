@@ -853,30 +853,36 @@ static void fw_prof_dump_report(int fd) {
 }
 
 /* Writes one report into FREEWAY_REPORT_DIR as freeway-PID-KIND (KIND
- * with its extension). */
+ * with its extension): into a file of its own first, then renamed over
+ * the last one, so that a reader (freeway top) never sees half a report. */
 static void fw_report_file(const char *kind, void (*write_fn)(int fd)) {
   const char *dir = fw_topt(REPORT_DIR);
   if (!dir) return;
-  char path[1200];
+  char path[1200], tmp[1210];
   fw_snprintf(path, sizeof path, "%s/freeway-%ld-%s", dir, fw_os_pid(), kind);
-  int fd = fw_os_create(path);
+  fw_snprintf(tmp, sizeof tmp, "%s.part", path);
+  int fd = fw_os_create(tmp);
   if (fd < 0) {
-    fw_message("warning: cannot write the %s report to %s\n", kind, path);
+    fw_message("warning: cannot write the %s report to %s\n", kind, tmp);
     return;
   }
   write_fn(fd);
   fw_os_close(fd);
+  if (!fw_os_rename(tmp, path)) fw_message("warning: cannot rename %s to %s\n", tmp, path);
 }
 
-/* The reports the options ask for, or at least the ledger (FREEWAY_DUMP_SIGNAL). */
-static void fw_survey_dump(bool always_stats) {
+/* The reports the options ask for, or at least the ledger (FREEWAY_DUMP_SIGNAL).
+ * A dump on a signal with FREEWAY_REPORT_DIR set writes the files only: a
+ * program watched every second (freeway top) keeps its stderr. */
+static void fw_survey_dump(bool on_signal) {
+  bool text = !(on_signal && fw_topt(REPORT_DIR));
   if (fw_opt(LEAK_REPORT)) {
-    fw_leak_report_print(2);
+    if (text) fw_leak_report_print(2);
     fw_report_file("leaks.json", fw_leak_report_json);
     if (fw_cautious) fw_report_file("leaks.pb", fw_leak_report_pprof);
   }
-  if (fw_opt(SHOW_STATS) || always_stats) {
-    fw_stats_print(2);
+  if (fw_opt(SHOW_STATS) || on_signal) {
+    if (text) fw_stats_print(2);
     fw_report_file("stats.json", fw_stats_print_json);
   }
   if (fw_opt(HEAP_MAP)) {

@@ -376,7 +376,9 @@ class Stress(unittest.TestCase):
             self.assertEqual(lines["unaccounted"], 0, lines)
             self.assertEqual(sum(v for k, v in lines.items() if k != "unaccounted"), s["process"]["committed"])
             self.assertEqual(class_sum(s, 100, 128, "live_blocks"), 10000)
-            self.assertGreaterEqual(s["counts"]["remote_frees"], 10000)
+            # how many frees cross threads depends on how the threads were
+            # scheduled: some always do (the inboxes)
+            self.assertGreater(s["counts"]["remote_frees"], 0)
             if lib == PROF_LIB:
                 c = s["counts"]
                 self.assertGreater(c["allocs"], 4 * 200000)
@@ -413,13 +415,23 @@ class DumpSignal(unittest.TestCase):
                            timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("after", p.stdout)
-        self.assertIn("where the memory goes", p.stderr)
+        # with a report directory the files only: the program's stderr is its own
+        self.assertNotIn("where the memory goes", p.stderr)
+        self.assertEqual(glob.glob(os.path.join(d, "*.part")), [])
         files = glob.glob(os.path.join(d, "freeway-*-stats.json"))
         self.assertEqual(len(files), 1, files)
         with open(files[0]) as f:
             s = json.load(f)
         self.assertEqual(s["format"], "freeway-stats")
         self.assertEqual(s["options"]["dump_signal"], 12)
+
+    def test_dump_on_signal_to_stderr(self):
+        # no report directory: the ledger goes to stderr
+        env = dict(base_env(), LD_PRELOAD=LIB, FREEWAY_DUMP_SIGNAL="12")
+        p = subprocess.run(["sh", "-c", "kill -USR2 $$; echo after"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("where the memory goes", p.stderr)
 
 
 if __name__ == "__main__":
