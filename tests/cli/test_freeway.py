@@ -355,6 +355,29 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Options: purge_delay=10, cautious=0, verbose=0, report_dir=\"/tmp/report\"",
                       out)
 
+    def test_stats_counts(self):
+        """A report of the counting flavour: allocation and free columns per
+        class and per thread, the peaks, cross-thread frees and OS calls."""
+        def counted(r):
+            for c in r["classes"]:
+                c["allocs"], c["frees"] = c["live_blocks"] + 100, 100
+            r["threads"] = [{"owner": "0x7f0000001000", "segments": 2, "bytes": 8 << 20, "live_bytes": 1 << 20,
+                             "live_blocks": 1, "remote_frees_in": 33, "allocs": 7000, "frees": 500}]
+            r["process"].update(committed_peak=16 << 20, rss_peak=6 << 20, segments_abandoned_total=4,
+                                segments_adopted_total=3)
+            r["counts"] = {"counting": True, "allocs": 1, "frees": 1, "live_blocks": 0, "remote_frees": 77,
+                           "os_calls": {"map": 5, "unmap": 2, "purge": 9, "guard": 0, "huge_pages": 1}}
+        out = self.report(self.variant("stats.json", counted))
+        self.assertRegex(out, r"16 B +2 +8192 +4096 +64\.0 KiB +50\.0% +4196 +100")
+        self.assertRegex(out, r"peak committed +16\.0 MiB")
+        self.assertRegex(out, r"peak rss +6\.0 MiB")
+        self.assertIn("frees across threads 77; OS calls: map 5, unmap 2, purge 9, guard 0, huge_pages 1", out)
+        self.assertIn("segments abandoned by exiting threads 4, adopted 3", out)
+        self.assertRegex(out, r"33 +7000 +500")
+        self.assertNotIn("counting flavour", out)
+        # the default library's report: no counts, and a word on where to get them
+        self.assertIn("counting flavour", self.report(fixture("stats.json")))
+
     def test_stats_mismatch(self):
         out = self.report(fixture("stats-mismatch.json"))
         self.assertIn("!= process.committed", out)
