@@ -17,6 +17,7 @@
 #include <sys/syscall.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <pthread.h>
 
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
@@ -970,6 +971,34 @@ bool fw_os_fault_hook(fw_os_fault_fn *fn) {
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   return sigaction(SIGSEGV, &sa, &fw_fault_old[0]) == 0 && sigaction(SIGBUS, &sa, &fw_fault_old[1]) == 0;
+}
+
+/* ---- threads and processes ---------------------------------------------------- */
+bool fw_os_tkey_create(fw_os_tkey_t *key, void (*fn)(void *)) {
+  pthread_key_t k;
+  if (pthread_key_create(&k, fn) != 0) return false;
+  key->v = (uintptr_t)k;
+  return true;
+}
+
+bool fw_os_tkey_set(fw_os_tkey_t key, void *value) {
+  return pthread_setspecific((pthread_key_t)key.v, value) == 0;
+}
+
+bool fw_os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  return pthread_atfork(prepare, parent, child) == 0;
+}
+
+void fw_os_yield(void) { sched_yield(); }
+
+unsigned fw_os_cpu_count(void) {
+  long n = 0;
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+  if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (unsigned)n : 1u;
 }
 
 /* ---- locks: a recursive spin-then-yield lock on one word ------------------ */
