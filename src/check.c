@@ -410,7 +410,7 @@ typedef struct {
   size_t n, cap;
 } fw_textbuf_t;
 
-__attribute__((format(printf, 2, 3))) static void fw_out(fw_textbuf_t *o, const char *fmt, ...) {
+FW_PRINTF(2, 3) static void fw_out(fw_textbuf_t *o, const char *fmt, ...) {
   if (o->n + 1 >= o->cap) return;
   va_list ap;
   va_start(ap, fmt);

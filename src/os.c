@@ -1,5 +1,6 @@
-/* os.c — the only file that talks to the kernel (Linux and other POSIX
- * systems). Contracts are in os.h; the design is at the top of alloc.c. */
+/* os.c — the file that talks to the kernel on Linux and other POSIX
+ * systems (os_win.c does on Windows). Contracts are in os.h; the design is
+ * at the top of alloc.c. */
 #define _GNU_SOURCE
 #include "os.h"
 #include <sys/mman.h>
@@ -999,35 +1000,6 @@ unsigned fw_os_cpu_count(void) {
 #endif
   if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (unsigned)n : 1u;
-}
-
-/* ---- locks: a recursive spin-then-yield lock on one word ------------------ */
-void fw_lock_acquire(fw_lock_t *l) {
-  uintptr_t me = fw_thread_id();
-  if (atomic_load_explicit(&l->owner, memory_order_relaxed) == me) {
-    l->depth++;
-    return;
-  }
-  for (unsigned spin = 0;; spin++) {
-    uintptr_t expected = 0;
-    if (atomic_compare_exchange_weak_explicit(&l->owner, &expected, me, memory_order_acquire,
-                                              memory_order_relaxed))
-      return;
-    if (spin >= 64) sched_yield();
-  }
-}
-
-void fw_lock_release(fw_lock_t *l) {
-  if (l->depth) {
-    l->depth--;
-    return;
-  }
-  atomic_store_explicit(&l->owner, 0, memory_order_release);
-}
-
-void fw_lock_reset(fw_lock_t *l) {
-  l->depth = 0;
-  atomic_store_explicit(&l->owner, 0, memory_order_relaxed);
 }
 
 void fw_os_assert_fail(const char *file, int line, const char *cond) {

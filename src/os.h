@@ -1,6 +1,8 @@
 /* os.h — the OS layer: everything freeway asks of the platform, each
- * primitive with its contract. Only os.c talks to the kernel; a port to
- * another platform replaces os.c (and fw_thread_id below) and nothing else.
+ * primitive with its contract. Only os.c (Linux and other POSIX systems)
+ * and os_win.c (Windows) talk to the kernel, and the build compiles one of
+ * them; a port to another platform adds its own (and its fw_thread_id and
+ * thread-local access below) and changes nothing else.
  * Failures are reported to the caller through return values: this layer
  * prints nothing and decides nothing. */
 #ifndef FW_OS_H
