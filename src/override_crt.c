@@ -20,7 +20,7 @@
 #define FW_STR(x) FW_STR2(x)
 /* The import slot of name, holding fn. */
 #define FW_IMPORT_SLOT(name, fn)                                                               \
-  extern __typeof__(&fn) fw_imp_##name __asm__(FW_STR(__USER_LABEL_PREFIX__) "__imp_" #name); \
+  extern __typeof__(&fn) fw_imp_##name __asm__("__imp_" FW_STR(__USER_LABEL_PREFIX__) #name); \
   __typeof__(&fn) fw_imp_##name = fn
 
 static void *fw_crt_msize_err(void) {
