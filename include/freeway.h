@@ -24,13 +24,23 @@ extern "C" {
 #define FREEWAY_VERSION_PATCH 0
 #define FREEWAY_VERSION ((FREEWAY_VERSION_MAJOR * 10000) + (FREEWAY_VERSION_MINOR * 100) + FREEWAY_VERSION_PATCH)
 
-#if defined(__GNUC__)
+#if defined(_WIN32) && defined(FW_BUILDING)
+/* PE objects have no visibility: freeway.dll exports what is marked (and
+ * an executable that links the static library exports it too, harmlessly). */
+#define FW_API __declspec(dllexport)
+#elif defined(_WIN32)
+#define FW_API
+#elif defined(__GNUC__)
 #define FW_API __attribute__((visibility("default")))
+#endif
+#if defined(__GNUC__)
 #define FW_MALLOC_ATTR __attribute__((malloc, warn_unused_result))
 #define FW_ALLOC_SIZE(n) __attribute__((alloc_size(n)))
 #define FW_ALLOC_SIZE2(n, m) __attribute__((alloc_size(n, m)))
 #else
+#ifndef FW_API
 #define FW_API
+#endif
 #define FW_MALLOC_ATTR
 #define FW_ALLOC_SIZE(n)
 #define FW_ALLOC_SIZE2(n, m)

@@ -23,11 +23,17 @@
 #      pages, segments, queues and heaps) and the whole suite on it,
 #   9. the libFuzzer target fuzz/fuzz_api (clang, ASan + UBSan, internal
 #      checks): every input of fuzz/corpus/ once, then a bounded run of
-#      fuzzing, in the default mode and in cautious mode.
+#      fuzzing, in the default mode and in cautious mode,
+#  10. Windows (stage "windows"): cross builds with MinGW-w64 for x64 and
+#      x86 (freeway.dll, libfreeway.a, libfreeway-fw.a and tests/windows),
+#      and the x64 tests under Wine (docs/windows.md; the x86 ones are built,
+#      not run: Debian's 32-bit Wine does not install beside the 64-bit
+#      system here). Its compilers and Wine are installed only when the
+#      stage is selected.
 # Exits non-zero if any build or test fails. Run from anywhere:
 #   bash scripts/test.sh
 # Environment: JOBS (parallel jobs, default: number of CPUs),
-#   FW_TEST_STAGES (default "layers release cautious secure badinput clang asan tsan m32 debug fuzz"),
+#   FW_TEST_STAGES (default "layers release cautious secure badinput clang asan tsan m32 debug fuzz windows"),
 #   FW_FUZZ_SECONDS (fuzzing time of the default mode, default 120; cautious
 #   mode gets half).
 set -uo pipefail
@@ -35,7 +41,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-stages=${FW_TEST_STAGES:-"layers release cautious secure badinput clang asan tsan m32 debug fuzz"}
+stages=${FW_TEST_STAGES:-"layers release cautious secure badinput clang asan tsan m32 debug fuzz windows"}
 log() { printf '\n==== %s\n' "$*"; }
 
 # ---- dependencies -----------------------------------------------------------
@@ -383,6 +389,49 @@ stage_fuzz() {
   total_fail=$((total_fail + fail))
   summary+=("fuzz: $pass passed, $fail failed")
   [ "$fail" -eq 0 ] || failed_stages+=("fuzz")
+}
+
+# The Windows stage's tools: the MinGW-w64 cross compilers and Wine (about
+# half a minute to install).
+install_windows_deps() {
+  local c missing=0
+  for c in x86_64-w64-mingw32-gcc x86_64-w64-mingw32-g++ i686-w64-mingw32-gcc i686-w64-mingw32-g++ wine; do
+    command -v "$c" >/dev/null 2>&1 || missing=1
+  done
+  [ $missing -eq 1 ] || return 0
+  echo "windows: installing the MinGW-w64 cross compilers and Wine"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  local t0
+  t0=$(date +%s)
+  { $sudo apt-get install -y -q gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 gcc-mingw-w64-i686 \
+      g++-mingw-w64-i686 wine64 ||
+    { $sudo apt-get update -q && $sudo apt-get install -y -q gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 \
+      gcc-mingw-w64-i686 g++-mingw-w64-i686 wine64; }; } || return 1
+  echo "windows: installed in $(( $(date +%s) - t0 ))s"
+}
+
+stage_windows() {
+  if ! install_windows_deps; then
+    summary+=("windows: INSTALL FAILED")
+    failed_stages+=("windows")
+    total_fail=$((total_fail + 1))
+    return
+  fi
+  local arch dir
+  for arch in x86_64 i686; do
+    dir=build-win-$arch
+    log "Windows cross build ($arch, MinGW-w64)"
+    build "windows-$arch" "$dir" cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-$arch.cmake &&
+      build "windows-$arch" "$dir" cmake --build "$dir" -j "$jobs" || continue
+    if [ "$arch" = x86_64 ]; then
+      log "Windows tests under Wine ($arch)"
+      # bounded: each test has its own limit (tests/windows/CMakeLists.txt)
+      run_ctest windows "$dir" --timeout 300
+    fi
+  done
 }
 
 start=$(date +%s)

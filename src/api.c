@@ -52,7 +52,7 @@ FW_COLD static void *fw_new_cautious(size_t size, size_t alignment, unsigned for
 
 FW_COLD static void *fw_new_slow(size_t size, unsigned form) {
   if (fw_cautious) return fw_new_cautious(size, 0, form);
-  return fw_malloc_slow(size, fw_tls_heap);
+  return fw_malloc_slow(size, FW_TLS(fw_tls_heap));
 }
 FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment) {
   if (fw_cautious) fw_free_checked(p, how, size, alignment);
@@ -67,7 +67,7 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
   void *name(size_t size) {                                                        \
     void *p = fw_malloc_try_fast(size);                                            \
     if (fw_unlikely(p == NULL)) p = fw_new_slow(size, form);                       \
-    fw_prof_countdown(fw_tls_heap, p, size);                                       \
+    fw_prof_countdown(FW_TLS(fw_tls_heap), p, size);                               \
     return p;                                                                      \
   }
 #else

@@ -11,7 +11,18 @@
 #include <errno.h>
 #include "freeway.h"
 
+#ifdef _WIN32
+/* PE objects have no visibility: a DLL exports only what FW_API marks. */
+#define FW_HIDDEN
+#else
 #define FW_HIDDEN __attribute__((visibility("hidden")))
+#endif
+#ifdef _WIN32
+/* MinGW's own printf family (__USE_MINGW_ANSI_STDIO), which knows %zu */
+#define FW_PRINTF(f, a) __attribute__((format(gnu_printf, f, a)))
+#else
+#define FW_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#endif
 #define FW_NOINLINE __attribute__((noinline))
 #define FW_COLD __attribute__((cold, noinline))
 #define FW_INLINE static inline __attribute__((always_inline))

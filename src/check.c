@@ -96,8 +96,8 @@ static struct {
 } fw_sec;
 static size_t fw_frames;                   /* FREEWAY_CAUTIOUS_FRAMES */
 static uintptr_t fw_code_lo, fw_code_hi;  /* freeway's code: frames left out of stacks */
-static __thread int fw_in_capture;
-static __thread int fw_form_unknown;       /* the next block is the one whose allocation started the process */
+static FW_THREAD_LOCAL int fw_in_capture;
+static FW_THREAD_LOCAL int fw_form_unknown;      /* the next block is the one whose allocation started the process */
 static _Atomic(uintptr_t) fw_large_freed[FW_CHECK_RING];
 static _Atomic(unsigned) fw_large_next;
 
@@ -295,11 +295,11 @@ static size_t fw_stack(uintptr_t *pcs, size_t n, bool quick, uintptr_t from_pc) 
  * one ever did, its allocation must not walk again. */
 FW_INLINE void fw_capture(uintptr_t *pcs) {
   size_t n = 0;
-  if (fw_frames && !fw_in_capture) {
-    fw_in_capture = 1;
+  if (fw_frames && !FW_TLS(fw_in_capture)) {
+    FW_TLS(fw_in_capture) = 1;
     n = fw_code_static ? SIZE_MAX : fw_os_backtrace_quick(pcs, fw_frames, fw_code_lo, fw_code_hi);
     if (n == SIZE_MAX) n = fw_stack(pcs, fw_frames, true, 0);
-    fw_in_capture = 0;
+    FW_TLS(fw_in_capture) = 0;
   }
   for (; n < FW_CHECK_FRAMES; n++) pcs[n] = 0;
 }
@@ -410,7 +410,7 @@ typedef struct {
   size_t n, cap;
 } fw_textbuf_t;
 
-__attribute__((format(printf, 2, 3))) static void fw_out(fw_textbuf_t *o, const char *fmt, ...) {
+FW_PRINTF(2, 3) static void fw_out(fw_textbuf_t *o, const char *fmt, ...) {
   if (o->n + 1 >= o->cap) return;
   va_list ap;
   va_start(ap, fmt);
@@ -726,8 +726,8 @@ void fw_check_malloc(fw_page_t *page, void *block, void *user, size_t size, size
   fw_blk_at(&k, page, block);
   if (page->kind == FW_KIND_LARGE) fw_ring_drop(user);
   unsigned form = FW_FORM_MALLOC;
-  if (fw_unlikely(fw_form_unknown)) {
-    fw_form_unknown = 0;
+  if (fw_unlikely(FW_TLS(fw_form_unknown))) {
+    FW_TLS(fw_form_unknown) = 0;
     form = FW_FORM_ANY;
   }
   fw_write_live(&k, user, size, align, form, true);
@@ -991,5 +991,5 @@ void fw_check_init(void) {
   fw_os_fault_hook(fw_check_fault);
   /* this thread is making the process's first allocation: operator new
    * tested the option before it was read */
-  fw_form_unknown = 1;
+  FW_TLS(fw_form_unknown) = 1;
 }

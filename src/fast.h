@@ -24,7 +24,7 @@
  * page is flagged, so such entry points test the option on the miss only.
  * The TLS pointer is read only once the size is known to fit. */
 FW_INLINE void *fw_malloc_try_fast(size_t size) {
-  return fw_likely(size <= FW_DIRECT_MAX) ? fw_page_pop_fast(fw_tls_heap->direct[size]) : NULL;
+  return fw_likely(size <= FW_DIRECT_MAX) ? fw_page_pop_fast(FW_TLS(fw_tls_heap)->direct[size]) : NULL;
 }
 /* Only the counting flavour (libfreeway-prof.so) counts the fast frees on
  * their page: the default's ledger has no alloc and free counts (survey.c). */
@@ -48,13 +48,13 @@ FW_INLINE bool fw_free_try_fast(void *p) {
  * down to the heap profiler's next sample (prof.h). */
 static FW_NOINLINE FW_COLD void *fw_malloc_slow_counted(size_t size, fw_heap_t *heap) {
   void *b = fw_malloc_slow(size, heap);
-  fw_prof_countdown(fw_tls_heap, b, size);  /* the heap may be new */
+  fw_prof_countdown(FW_TLS(fw_tls_heap), b, size);  /* the heap may be new */
   return b;
 }
 /* Only tail calls leave the hit, so it needs no stack frame: the countdown
  * adds one subtract and one branch. */
 FW_INLINE void *fw_malloc_fast(size_t size) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (fw_likely(size <= FW_DIRECT_MAX)) {
     fw_block_t *b = fw_page_pop_fast(heap->direct[size]);
     if (fw_likely(b != NULL)) {
@@ -71,7 +71,7 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
 FW_INLINE void *fw_malloc_fast(size_t size) {
   void *b = fw_malloc_try_fast(size);
   if (fw_likely(b != NULL)) return b;
-  return fw_malloc_slow(size, fw_tls_heap);
+  return fw_malloc_slow(size, FW_TLS(fw_tls_heap));
 }
 #define FW_PROF_ACCOUNT(p, size) ((void)0)
 #endif
@@ -83,7 +83,7 @@ FW_INLINE void fw_free_fast(void *p) {
 /* The thread's heap for an entry point that is not the fast path: NULL sends
  * the call to fw_thread_alloc. */
 FW_INLINE fw_heap_t *fw_ready_heap(void) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   return fw_likely(heap != &fw_heap_empty) ? heap : NULL;
 }
 

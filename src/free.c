@@ -29,7 +29,7 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
    * any other thread frees in place and leaves the segment abandoned: it
    * would hold the segment's free pages unused. */
   if (owner == 0) {
-    fw_heap_t *heap = fw_tls_heap;
+    fw_heap_t *heap = FW_TLS(fw_tls_heap);
     bool has_heap = heap != &fw_heap_empty && fw_opt(RECLAIM);
     if (has_heap && !fw_segment_tld_has_room(heap->tld, seg->kind) && fw_abandon_reclaim(heap, seg)) {
       fw_heap_free_local(page, b);

@@ -16,7 +16,7 @@
 #include <string.h>
 
 fw_heap_t fw_heap_empty = {.direct = {[0 ... FW_DIRECT_SLOTS - 1] = &fw_page_empty}};
-__thread fw_heap_t *fw_tls_heap __attribute__((tls_model("initial-exec"))) = &fw_heap_empty;
+FW_THREAD_LOCAL fw_heap_t *fw_tls_heap = &fw_heap_empty;
 
 static fw_lock_t fw_heap_pool_lock = FW_LOCK_INIT;
 static fw_heap_t *fw_heap_pool; /* guarded by fw_heap_pool_lock */

@@ -5,13 +5,14 @@
 #ifndef FW_HEAP_H
 #define FW_HEAP_H
 #include "types.h"
+#include "os.h"
 
 /* A heap with no pages and every direct[] slot empty: what a thread's
  * pointer names until its first allocation (and again once it has exited),
  * so that the malloc fast path needs no "initialised" test. */
 FW_HIDDEN extern fw_heap_t fw_heap_empty;
 /* The calling thread's default heap (fw_heap_empty before its first malloc). */
-FW_HIDDEN extern __thread fw_heap_t *fw_tls_heap __attribute__((tls_model("initial-exec")));
+FW_HIDDEN extern FW_THREAD_LOCAL fw_heap_t *fw_tls_heap;
 
 FW_HIDDEN fw_heap_t *fw_heap_struct_new(fw_tld_t *tld, bool is_default);
 FW_HIDDEN void fw_heap_struct_free(fw_heap_t *heap);

@@ -145,7 +145,7 @@ void fw_heap_visit(const fw_heap_t *heap, fw_block_visitor_t *visit, void *arg) 
 }
 
 void fw_collect(bool force) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   uint64_t now = fw_os_clock_ms();
   if (heap != &fw_heap_empty) {
     /* adopt what exited threads left, so their freed blocks can go back too */

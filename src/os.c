@@ -1,5 +1,6 @@
-/* os.c — the only file that talks to the kernel (Linux and other POSIX
- * systems). Contracts are in os.h; the design is at the top of alloc.c. */
+/* os.c — the file that talks to the kernel on Linux and other POSIX
+ * systems (os_win.c does on Windows). Contracts are in os.h; the design is
+ * at the top of alloc.c. */
 #define _GNU_SOURCE
 #include "os.h"
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <sys/syscall.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <pthread.h>
 
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
@@ -45,12 +47,9 @@ static void *fw_mmap(size_t size) {
 /* The exact size first: the kernel often places it aligned already. If not,
  * over-map by align and unmap the head and tail, so that the kernel keeps
  * one mapping per call and neighbouring calls can merge. */
-_Atomic(uint64_t) fw_os_calls[FW_OSC_COUNT];
-#define FW_OSC(kind) atomic_fetch_add_explicit(&fw_os_calls[kind], 1, memory_order_relaxed)
-
 void *fw_os_map(size_t size, size_t align, size_t offset) {
   if (!fw_page_size_real) fw_os_init();
-  FW_OSC(FW_OSC_MAP);
+  fw_os_count(FW_OSC_MAP);
   if (size == 0) return NULL;
   size = fw_align_up(size, fw_page_size_real);
   if (align < fw_page_size_real) align = fw_page_size_real;
@@ -76,14 +75,14 @@ void *fw_os_map(size_t size, size_t align, size_t offset) {
 }
 
 void fw_os_unmap(void *p, size_t size) {
-  FW_OSC(FW_OSC_UNMAP);
+  fw_os_count(FW_OSC_UNMAP);
   if (p && size) munmap(p, size);
 }
 
 void *fw_os_symbol(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 
 bool fw_os_guard(void *p, size_t size, bool guard) {
-  FW_OSC(FW_OSC_GUARD);
+  fw_os_count(FW_OSC_GUARD);
   return mprotect(p, size, guard ? PROT_NONE : PROT_READ | PROT_WRITE) == 0;
 }
 
@@ -93,7 +92,7 @@ bool fw_os_guard(void *p, size_t size, bool guard) {
  * memory (mlock, mlockall): then nothing is zeroed and the caller is told. */
 bool fw_os_purge(void *p, size_t size) {
   if (!size) return true;
-  FW_OSC(FW_OSC_PURGE);
+  fw_os_count(FW_OSC_PURGE);
   size_t page = fw_os_page_size();
   uintptr_t start = (uintptr_t)p, end = start + size;
   uintptr_t in_start = fw_align_up(start, page), in_end = fw_align_down(end, page);
@@ -135,7 +134,7 @@ static bool fw_os_thp_usable(void) {
 bool fw_os_thp(void *p, size_t size, bool huge) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   if (huge && !fw_os_thp_usable()) return false;
-  FW_OSC(FW_OSC_THP);
+  fw_os_count(FW_OSC_THP);
   if (madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0) return true;
   if (huge) atomic_store_explicit(&fw_os_thp_state, 2, memory_order_relaxed);
   return false;
@@ -1000,33 +999,32 @@ bool fw_os_fault_hook(fw_os_fault_fn *fn) {
   return sigaction(SIGSEGV, &sa, &fw_fault_old[0]) == 0 && sigaction(SIGBUS, &sa, &fw_fault_old[1]) == 0;
 }
 
-/* ---- locks: a recursive spin-then-yield lock on one word ------------------ */
-void fw_lock_acquire(fw_lock_t *l) {
-  uintptr_t me = fw_thread_id();
-  if (atomic_load_explicit(&l->owner, memory_order_relaxed) == me) {
-    l->depth++;
-    return;
-  }
-  for (unsigned spin = 0;; spin++) {
-    uintptr_t expected = 0;
-    if (atomic_compare_exchange_weak_explicit(&l->owner, &expected, me, memory_order_acquire,
-                                              memory_order_relaxed))
-      return;
-    if (spin >= 64) sched_yield();
-  }
+/* ---- threads and processes ---------------------------------------------------- */
+bool fw_os_tkey_create(fw_os_tkey_t *key, void (*fn)(void *)) {
+  pthread_key_t k;
+  if (pthread_key_create(&k, fn) != 0) return false;
+  key->v = (uintptr_t)k;
+  return true;
 }
 
-void fw_lock_release(fw_lock_t *l) {
-  if (l->depth) {
-    l->depth--;
-    return;
-  }
-  atomic_store_explicit(&l->owner, 0, memory_order_release);
+bool fw_os_tkey_set(fw_os_tkey_t key, void *value) {
+  return pthread_setspecific((pthread_key_t)key.v, value) == 0;
 }
 
-void fw_lock_reset(fw_lock_t *l) {
-  l->depth = 0;
-  atomic_store_explicit(&l->owner, 0, memory_order_relaxed);
+bool fw_os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  return pthread_atfork(prepare, parent, child) == 0;
+}
+
+void fw_os_yield(void) { sched_yield(); }
+
+unsigned fw_os_cpu_count(void) {
+  long n = 0;
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+  if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (unsigned)n : 1u;
 }
 
 void fw_os_assert_fail(const char *file, int line, const char *cond) {

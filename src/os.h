@@ -1,6 +1,8 @@
 /* os.h — the OS layer: everything freeway asks of the platform, each
- * primitive with its contract. Only os.c talks to the kernel; a port to
- * another platform replaces os.c (and fw_thread_id below) and nothing else.
+ * primitive with its contract. Only os.c (Linux and other POSIX systems)
+ * and os_win.c (Windows) talk to the kernel, and the build compiles one of
+ * them; a port to another platform adds its own (and its fw_thread_id and
+ * thread-local access below) and changes nothing else.
  * Failures are reported to the caller through return values: this layer
  * prints nothing and decides nothing. */
 #ifndef FW_OS_H
@@ -19,7 +21,13 @@
 #endif
 #endif
 FW_INLINE uintptr_t fw_thread_id(void) {
-#if defined(__x86_64__) && defined(__SEG_FS) && !defined(__STRICT_ANSI__) && !defined(FW_SANITIZED)
+#if defined(_WIN32) && defined(__x86_64__)
+  /* the thread environment block's pointer to itself, at gs:0x30 */
+  return *(const uintptr_t __seg_gs *)0x30;
+#elif defined(_WIN32) && defined(__i386__)
+  /* the same at fs:0x18 */
+  return *(const uintptr_t __seg_fs *)0x18;
+#elif defined(__x86_64__) && defined(__SEG_FS) && !defined(__STRICT_ANSI__) && !defined(FW_SANITIZED)
   /* a plain load through the fs segment (word 0 of the thread block points
    * to itself): the compiler may fold it into the compare that uses it.
    * UBSan takes it for a load through a null pointer: sanitizer builds
@@ -41,6 +49,37 @@ FW_INLINE uintptr_t fw_thread_id(void) {
   return (uintptr_t)__builtin_thread_pointer();
 #endif
 }
+
+/* Thread-local variables: FW_THREAD_LOCAL in the definition (and the
+ * extern declaration) of each, FW_TLS(name) wherever it is read or written.
+ * Elsewhere they are __thread variables, one load through the thread
+ * pointer. MinGW's gcc only emulates __thread: each access calls
+ * __emutls_get_address, which allocates a thread's block with malloc the
+ * first time, so it would recurse when freeway is malloc, and it puts a
+ * call on the fast paths. The variables are native PE thread-local data
+ * instead, placed in the image's .tls section by hand, which the loader
+ * copies for every thread (with their initial values, relocated): the
+ * thread's copy is found in three loads with no call, through the thread
+ * block's array of per-module blocks, indexed by the loader's _tls_index
+ * for this image, at the offset of the variable in the section. */
+#if defined(_WIN32)
+#if defined(__x86_64__)
+#define FW_OS_TLS_ARRAY (*(char *const *const __seg_gs *)0x58)
+#else
+#define FW_OS_TLS_ARRAY (*(char *const *const __seg_fs *)0x2c)
+#endif
+extern unsigned long _tls_index;  /* set by the loader; the CRT defines it */
+#define FW_THREAD_LOCAL __attribute__((section(".tls$FW")))
+#define FW_TLS(var)                                                                        \
+  (*__extension__({                                                                        \
+    char *fw_tls_b_ = FW_OS_TLS_ARRAY[_tls_index];                                          \
+    __asm__("lea %c1@secrel32(%0), %0" : "+r"(fw_tls_b_) : "i"(&(var)));                   \
+    (__typeof__(&(var)))(void *)fw_tls_b_;                                                 \
+  }))
+#else
+#define FW_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#define FW_TLS(var) (var)
+#endif
 
 /* Size of an OS page, read from the system once (fw_os_init) and fixed for
  * the process: 4 KiB on x86, 16 or 64 KiB on some arm64 and ppc64 kernels. */
@@ -69,6 +108,7 @@ FW_HIDDEN bool fw_os_guard(void *p, size_t size, bool guard);
  * ledger: calls of the primitive, each one or a few system calls. */
 enum { FW_OSC_MAP, FW_OSC_UNMAP, FW_OSC_PURGE, FW_OSC_GUARD, FW_OSC_THP, FW_OSC_COUNT };
 FW_HIDDEN extern _Atomic(uint64_t) fw_os_calls[FW_OSC_COUNT];
+FW_INLINE void fw_os_count(int kind) { atomic_fetch_add_explicit(&fw_os_calls[kind], 1, memory_order_relaxed); }
 /* Gives the memory of [p, p + size) back to the OS and makes it read as
  * zero. True: every byte of the range now reads as zero, and the whole OS
  * pages inside it no longer count as resident (the partial pages at either
@@ -171,7 +211,12 @@ FW_HIDDEN bool fw_os_object_at(uintptr_t addr, bool *is_main, uint8_t *id, size_
  * at the pointer's segment base) live in a section of their own, so that a
  * fault handler can tell a fault in them from any other. Only placement:
  * the code is the same. */
+#ifdef _WIN32
+/* no fault hook on Windows (fw_os_fault_hook): placement does not matter */
+#define FW_PROBING __attribute__((noinline))
+#else
 #define FW_PROBING __attribute__((section("fw_probing"), noinline))
+#endif
 /* Installs a SIGSEGV and SIGBUS handler. A fault whose instruction lies in
  * an FW_PROBING function calls fn with the faulting data address, the
  * instruction's address and the general registers at the fault; fn is
@@ -202,6 +247,26 @@ FW_HIDDEN void fw_lock_acquire(fw_lock_t *l);
 FW_HIDDEN void fw_lock_release(fw_lock_t *l);
 /* In a fork child: the lock is free again, whoever held it. */
 FW_HIDDEN void fw_lock_reset(fw_lock_t *l);
+
+/* ---- threads and processes -------------------------------------------------
+ * A thread-exit hook: fw_os_tkey_create registers fn once per key (false if
+ * the OS has no key left); fw_os_tkey_set gives the calling thread a value
+ * for the key (false if the OS refused). When a thread with a non-NULL value exits, fn(value) runs on
+ * that thread, with its thread-local variables still readable; by then the
+ * value is NULL again, and fn may set it anew, in which case fn may run again
+ * (POSIX key destructors run in a few rounds; on Windows, fibre-local storage
+ * callbacks run once). Perhaps not for the thread that ends the process by
+ * returning from main or calling exit: its data dies with the process. */
+typedef struct { uintptr_t v; } fw_os_tkey_t;
+FW_HIDDEN bool fw_os_tkey_create(fw_os_tkey_t *key, void (*fn)(void *));
+FW_HIDDEN bool fw_os_tkey_set(fw_os_tkey_t key, void *value);
+/* Handlers around fork (pthread_atfork's contract); false where the platform
+ * has no fork (Windows) or refused. */
+FW_HIDDEN bool fw_os_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+/* Gives the CPU to another ready thread, if any. */
+FW_HIDDEN void fw_os_yield(void);
+/* The number of CPUs this process may run on, at least 1. */
+FW_HIDDEN unsigned fw_os_cpu_count(void);
 
 /* ---- internal consistency checks (FW_DEBUG builds) ------------------------ */
 FW_HIDDEN __attribute__((noreturn)) void fw_os_assert_fail(const char *file, int line, const char *cond);

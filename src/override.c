@@ -41,6 +41,7 @@ FW_EXPORT FW_PROBING void free_aligned_sized(void *p, size_t align, size_t size)
 }
 FW_EXPORT int malloc_trim(size_t pad) { (void)pad; fw_collect(true); return 1; }
 
+#ifndef _WIN32
 FW_EXPORT void *__libc_malloc(size_t size) { return fw_malloc_fast(size); }
 FW_EXPORT FW_PROBING void __libc_free(void *p) { fw_free_fast(p); }
 FW_EXPORT void *__libc_calloc(size_t n, size_t size) { return fw_calloc(n, size); }
@@ -49,3 +50,4 @@ FW_EXPORT void *__libc_memalign(size_t align, size_t size) { return fw_memalign(
 FW_EXPORT void *__libc_valloc(size_t size) { return fw_valloc(size); }
 FW_EXPORT void *__libc_pvalloc(size_t size) { return fw_pvalloc(size); }
 FW_EXPORT int __posix_memalign(void **out, size_t align, size_t size) { return fw_posix_memalign(out, align, size); }
+#endif

@@ -74,7 +74,7 @@
  *
  * Thread exit and destruction
  * ---------------------------
- * A pthread key destructor flushes the exiting thread's entries back into
+ * A thread-exit hook (os.h) flushes the exiting thread's entries back into
  * their pools' shards, checking under the registry lock that each pool is
  * still the one the entry was made for. fw_pool_destroy unregisters the pool
  * under the same lock before releasing its memory, so an exiting thread never
@@ -86,19 +86,14 @@
  * None of them is held while calling into the allocator, so the allocator's
  * own fork handlers and locks never nest inside ours.
  */
-#define _GNU_SOURCE
 #include "freeway.h"
+#include "os.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #define POOL_LINE 64
 #define POOL_CHUNK_SHIFT 16 /* slabs are made of 64 KiB chunks, 64 KiB aligned */
@@ -144,7 +139,7 @@ static POOL_COLD void pool_lock_slow(pool_lock_t *l) {
     if (spins < 64)
       pool_cpu_relax();
     else
-      sched_yield();
+      fw_os_yield();
   }
 }
 
@@ -241,7 +236,7 @@ typedef struct pool_tls_s {
 } pool_tls_t;
 
 /* ---- Process-wide state ------------------------------------------------ */
-static pthread_mutex_t pool_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static fw_lock_t pool_reg_lock = FW_LOCK_INIT;
 static fw_pool_t **pool_reg;      /* live pools by id; guarded by pool_reg_lock */
 static uint32_t pool_reg_cap;     /* guarded by pool_reg_lock */
 static uint32_t pool_reg_hint;    /* no free id below it; guarded by pool_reg_lock */
@@ -249,14 +244,14 @@ static uint64_t pool_reg_gen;     /* last generation handed out; guarded by pool
 static pool_thread_t *pool_threads; /* threads with a cache array; guarded by pool_reg_lock */
 static atomic_uint pool_thread_seq;
 
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-static pthread_key_t pool_key;
+static _Atomic(int) pool_once; /* 0 not yet, 1 under way, 2 done */
+static fw_os_tkey_t pool_key;
 static bool pool_key_ok;
 
 /* A thread that never used a pool has an empty cache array (cap 0), so its
  * first call falls into the slow path by the same compare that catches a pool
  * id beyond the array. */
-static _Thread_local pool_tls_t pool_tls;
+static FW_THREAD_LOCAL pool_tls_t pool_tls;
 
 /* ---- Small helpers ----------------------------------------------------- */
 static inline void **pool_link(void *p) { return (void **)p; }
@@ -315,14 +310,14 @@ static _Atomic(uintptr_t) *pool_map_leaf(uintptr_t a, bool create) {
     if (!create)
       return NULL;
     size_t bytes = POOL_LEAF_ENTRIES * sizeof(uintptr_t);
-    void *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (leaf == MAP_FAILED)
+    void *leaf = fw_os_map(bytes, 0, 0);
+    if (leaf == NULL)
       return NULL;
     uintptr_t mine = (uintptr_t)leaf - (uintptr_t)pool_map_zeros;
     if (atomic_compare_exchange_strong_explicit(slot, &off, mine, memory_order_acq_rel, memory_order_acquire))
       off = mine;
     else
-      munmap(leaf, bytes); /* another slab's registration was first */
+      fw_os_unmap(leaf, bytes); /* another slab's registration was first */
   }
   return (_Atomic(uintptr_t) *)((uintptr_t)pool_map_zeros + off);
 }
@@ -362,10 +357,9 @@ static POOL_COLD __attribute__((noreturn)) void pool_report(const fw_pool_t *poo
   if (n > 0 && (size_t)n < sizeof msg)
     n += snprintf(msg + n, sizeof msg - (size_t)n, "%s", pool->cautious ? "\nfreeway: aborting\n" : "; aborting\n");
   if (n > 0) {
-    ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
-    (void)w;
+    fw_os_write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
   }
-  abort();
+  fw_os_abort();
 }
 
 /* Cautious mode: the slab's bitmap word and bit of the object at p, whose
@@ -606,7 +600,7 @@ static bool pool_refill(fw_pool_t *pool, uint32_t home, pool_batch_t *out) {
 static void pool_thread_exit(void *arg);
 
 static void pool_atfork_prepare(void) {
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   for (uint32_t id = 0; id < pool_reg_cap; id++) {
     fw_pool_t *pool = pool_reg[id];
     if (pool == NULL)
@@ -626,12 +620,25 @@ static void pool_atfork_release(void) {
       pool_unlock(&pool->shards[s].lock);
     pool_unlock(&pool->grow_lock);
   }
-  pthread_mutex_unlock(&pool_reg_lock);
+  fw_lock_release(&pool_reg_lock);
 }
 
 static void pool_init_once(void) {
-  pool_key_ok = pthread_key_create(&pool_key, pool_thread_exit) == 0;
-  pthread_atfork(pool_atfork_prepare, pool_atfork_release, pool_atfork_release);
+  pool_key_ok = fw_os_tkey_create(&pool_key, pool_thread_exit);
+  fw_os_atfork(pool_atfork_prepare, pool_atfork_release, pool_atfork_release);
+}
+
+/* One caller runs pool_init_once; any other waits for it to finish. */
+static POOL_COLD void pool_run_once(void) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong_explicit(&pool_once, &expected, 1, memory_order_acquire,
+                                              memory_order_acquire)) {
+    pool_init_once();
+    atomic_store_explicit(&pool_once, 2, memory_order_release);
+    return;
+  }
+  while (atomic_load_explicit(&pool_once, memory_order_acquire) != 2)
+    fw_os_yield();
 }
 
 static pool_thread_t *pool_thread_create(void) {
@@ -640,18 +647,18 @@ static pool_thread_t *pool_thread_create(void) {
   pool_thread_t *t = fw_calloc(1, sizeof *t);
   if (t == NULL)
     return NULL;
-  if (pthread_setspecific(pool_key, t) != 0) {
+  if (!fw_os_tkey_set(pool_key, t)) {
     fw_free(t);
     return NULL;
   }
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   t->next = pool_threads;
   if (pool_threads != NULL)
     pool_threads->prev = t;
   pool_threads = t;
-  pthread_mutex_unlock(&pool_reg_lock);
-  pool_tls.thread = t;
-  pool_tls.shard = atomic_fetch_add_explicit(&pool_thread_seq, 1, memory_order_relaxed);
+  fw_lock_release(&pool_reg_lock);
+  FW_TLS(pool_tls).thread = t;
+  FW_TLS(pool_tls).shard = atomic_fetch_add_explicit(&pool_thread_seq, 1, memory_order_relaxed);
   return t;
 }
 
@@ -666,14 +673,14 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
   for (uint32_t id = 0; id < cap; id++)
     grown[id].chunk = UINTPTR_MAX;
   pool_cache_t *old = t->caches;
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   if (t->cap)
     memcpy(grown, old, t->cap * sizeof *grown);
   t->caches = grown;
   t->cap = cap;
-  pthread_mutex_unlock(&pool_reg_lock);
-  pool_tls.caches = grown;
-  pool_tls.cap = cap;
+  fw_lock_release(&pool_reg_lock);
+  FW_TLS(pool_tls).caches = grown;
+  FW_TLS(pool_tls).cap = cap;
   fw_free(old);
   return true;
 }
@@ -681,9 +688,9 @@ static bool pool_thread_grow(pool_thread_t *t, uint32_t need) {
 /* The calling thread's entry for pool, made ready; NULL if the thread cannot
  * have one (it is exiting, or out of memory). */
 static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
-  if (pool_tls.dead)
+  if (FW_TLS(pool_tls).dead)
     return NULL;
-  pool_thread_t *t = pool_tls.thread;
+  pool_thread_t *t = FW_TLS(pool_tls).thread;
   if (t == NULL && (t = pool_thread_create()) == NULL)
     return NULL;
   if (pool->id >= t->cap && !pool_thread_grow(t, pool->id + 1))
@@ -703,20 +710,20 @@ static pool_cache_t *pool_cache_attach(fw_pool_t *pool) {
 
 /* The calling thread's home shard (unmasked). */
 static uint32_t pool_home(void) {
-  if (pool_tls.thread == NULL)
-    return (uint32_t)((uintptr_t)&pool_tls >> 12);
-  return pool_tls.shard;
+  if (FW_TLS(pool_tls).thread == NULL)
+    return (uint32_t)((uintptr_t)&FW_TLS(pool_tls) >> 12);
+  return FW_TLS(pool_tls).shard;
 }
 
 static void pool_thread_exit(void *arg) {
   pool_thread_t *t = arg;
-  uint32_t shard = pool_tls.shard;
+  uint32_t shard = FW_TLS(pool_tls).shard;
   /* Any later pool call of this thread works on the shards directly. */
-  pool_tls.cap = 0;
-  pool_tls.caches = NULL;
-  pool_tls.thread = NULL;
-  pool_tls.dead = true;
-  pthread_mutex_lock(&pool_reg_lock);
+  FW_TLS(pool_tls).cap = 0;
+  FW_TLS(pool_tls).caches = NULL;
+  FW_TLS(pool_tls).thread = NULL;
+  FW_TLS(pool_tls).dead = true;
+  fw_lock_acquire(&pool_reg_lock);
   for (uint32_t id = 0; id < t->cap; id++) {
     pool_cache_t *c = &t->caches[id];
     uint64_t gen = load_relaxed(&c->gen);
@@ -738,7 +745,7 @@ static void pool_thread_exit(void *arg) {
     pool_threads = t->next;
   if (t->next != NULL)
     t->next->prev = t->prev;
-  pthread_mutex_unlock(&pool_reg_lock);
+  fw_lock_release(&pool_reg_lock);
   fw_free(t->caches);
   fw_free(t);
 }
@@ -815,7 +822,7 @@ static POOL_COLD void *pool_alloc_slow(fw_pool_t *pool) {
       store_relaxed(&c->spare_count, 0);
     } else {
       pool_batch_t b;
-      if (!pool_refill(pool, pool_tls.shard, &b)) {
+      if (!pool_refill(pool, FW_TLS(pool_tls).shard, &b)) {
         errno = ENOMEM;
         return NULL;
       }
@@ -845,7 +852,7 @@ static POOL_COLD void pool_free_slow(fw_pool_t *pool, void *p) {
   if (load_relaxed(&c->count) >= pool->batch) {
     pool_cache_fold(pool, c);
     if (c->spare != NULL)
-      pool_shard_push(&pool->shards[pool_tls.shard & pool->shard_mask], c->spare,
+      pool_shard_push(&pool->shards[FW_TLS(pool_tls).shard & pool->shard_mask], c->spare,
                       load_relaxed(&c->spare_count), true);
     c->spare = c->head;
     store_relaxed(&c->spare_count, load_relaxed(&c->count));
@@ -881,8 +888,8 @@ static void pool_free_chunk(fw_pool_t *pool, void *p, pool_cache_t *c, size_t n)
  * NULL included. */
 FW_API void *fw_pool_alloc(fw_pool_t *pool) {
   uint32_t id = pool->id;
-  if (pool_likely(id < pool_tls.cap)) {
-    pool_cache_t *c = &pool_tls.caches[id];
+  if (pool_likely(id < FW_TLS(pool_tls).cap)) {
+    pool_cache_t *c = &FW_TLS(pool_tls).caches[id];
     void *p = c->head;
     if (pool_likely(p != NULL && load_relaxed(&c->gen) == pool->gen)) {
       pool_cache_pop(c, p);
@@ -894,8 +901,8 @@ FW_API void *fw_pool_alloc(fw_pool_t *pool) {
 
 FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
   uint32_t id = pool->id;
-  if (pool_likely(id < pool_tls.cap)) {
-    pool_cache_t *c = &pool_tls.caches[id];
+  if (pool_likely(id < FW_TLS(pool_tls).cap)) {
+    pool_cache_t *c = &FW_TLS(pool_tls).caches[id];
     size_t n = load_relaxed(&c->count);
     if (pool_likely(n < pool->free_limit && p != c->head)) {
       if (pool_likely((uintptr_t)p >> POOL_CHUNK_SHIFT == c->chunk)) {
@@ -911,21 +918,14 @@ FW_API void fw_pool_free(fw_pool_t *pool, void *p) {
 
 /* ---- Creation and destruction ------------------------------------------ */
 static unsigned pool_default_shards(void) {
-  long n = 0;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    n = CPU_COUNT(&set);
-  if (n <= 0)
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n <= 0)
-    n = 1;
-  return n > 64 ? 64u : (unsigned)n;
+  unsigned n = fw_os_cpu_count();
+  return n > 64 ? 64u : n;
 }
 
 /* Registers pool under a free id and a new generation. */
 static bool pool_register(fw_pool_t *pool) {
   fw_pool_t **old = NULL;
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   for (;;) {
     uint32_t id = pool_reg_hint;
     while (id < pool_reg_cap && pool_reg[id] != NULL)
@@ -938,13 +938,13 @@ static bool pool_register(fw_pool_t *pool) {
       break;
     }
     uint32_t cap = pool_reg_cap;
-    pthread_mutex_unlock(&pool_reg_lock);
+    fw_lock_release(&pool_reg_lock);
     fw_free(old);
     uint32_t want = cap ? 2 * cap : 16;
     fw_pool_t **grown = want > cap ? fw_calloc(want, sizeof *grown) : NULL;
     if (grown == NULL)
       return false;
-    pthread_mutex_lock(&pool_reg_lock);
+    fw_lock_acquire(&pool_reg_lock);
     if (pool_reg_cap == cap) {
       if (cap)
         memcpy(grown, pool_reg, cap * sizeof *grown);
@@ -955,7 +955,7 @@ static bool pool_register(fw_pool_t *pool) {
       old = grown;
     }
   }
-  pthread_mutex_unlock(&pool_reg_lock);
+  fw_lock_release(&pool_reg_lock);
   fw_free(old);
   return true;
 }
@@ -1042,7 +1042,8 @@ FW_API fw_pool_t *fw_pool_new(size_t object_size, size_t alignment, const fw_poo
     if (s->batches == NULL)
       goto fail;
   }
-  pthread_once(&pool_once, pool_init_once);
+  if (pool_unlikely(atomic_load_explicit(&pool_once, memory_order_acquire) != 2))
+    pool_run_once();
   if (!pool_register(pool))
     goto fail;
   return pool;
@@ -1058,7 +1059,7 @@ fail:
 FW_API void fw_pool_destroy(fw_pool_t *pool) {
   if (pool == NULL)
     return;
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   pool_reg[pool->id] = NULL;
   if (pool->id < pool_reg_hint)
     pool_reg_hint = pool->id;
@@ -1066,7 +1067,7 @@ FW_API void fw_pool_destroy(fw_pool_t *pool) {
   for (pool_thread_t *t = pool_threads; t != NULL; t = t->next)
     if (pool->id < t->cap)
       t->caches[pool->id].chunk = UINTPTR_MAX;
-  pthread_mutex_unlock(&pool_reg_lock);
+  fw_lock_release(&pool_reg_lock);
 
   pool_slab_t *slab = pool->slabs;
   while (slab != NULL) {
@@ -1085,7 +1086,7 @@ FW_API int fw_pool_stats(const fw_pool_t *cpool, fw_pool_stats_t *out) {
     return -1;
   }
   fw_pool_t *pool = (fw_pool_t *)cpool; /* peak is raised as a side effect */
-  pthread_mutex_lock(&pool_reg_lock);
+  fw_lock_acquire(&pool_reg_lock);
   intptr_t live = atomic_load_explicit(&pool->live, memory_order_relaxed);
   intptr_t peak = live;
   for (pool_thread_t *t = pool_threads; t != NULL; t = t->next) {
@@ -1098,7 +1099,7 @@ FW_API int fw_pool_stats(const fw_pool_t *cpool, fw_pool_stats_t *out) {
     live += base - (intptr_t)load_relaxed(&c->count);
     peak += base - (intptr_t)load_relaxed(&c->count_min);
   }
-  pthread_mutex_unlock(&pool_reg_lock);
+  fw_lock_release(&pool_reg_lock);
   if (live < 0) /* only while other threads are mid-update */
     live = 0;
   pool_peak_raise(pool, peak);

@@ -287,7 +287,7 @@ void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) {
 }
 
 void fw_prof_account(void *p, size_t size) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (heap == &fw_heap_empty) return;
   fw_prof_countdown(heap, p, size);
 }

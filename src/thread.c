@@ -1,6 +1,7 @@
 /* thread.c — process and thread life cycle. A thread's data (its tld and
- * default heap) is built by its first allocation and torn down by a pthread
- * key destructor at exit: heaps released, live segments abandoned. Key
+ * default heap) is built by its first allocation and torn down by a
+ * thread-exit hook (os.h: a pthread key destructor, or a Windows fibre-local
+ * storage callback) at exit: heaps released, live segments abandoned. Key
  * destructors run in rounds, and one that allocates in the last round runs
  * after ours with no round left to undo it; so once a thread's teardown has
  * run, each further allocation builds the data, is served, and tears it
@@ -20,11 +21,10 @@
 #include "options.h"
 #include "stats.h"
 #include "os.h"
-#include <pthread.h>
 #include <string.h>
 
 static _Atomic(int) fw_process_state; /* 0 none, 1 initialising, 2 ready */
-static pthread_key_t fw_thread_key;
+static fw_os_tkey_t fw_thread_key;
 static fw_lock_t fw_tld_lock = FW_LOCK_INIT;
 static fw_tld_t *fw_tld_pool;                /* guarded by fw_tld_lock */
 /* Every tld ever made, for reports that read the counts of live threads
@@ -32,7 +32,7 @@ static fw_tld_t *fw_tld_pool;                /* guarded by fw_tld_lock */
  * Pushed at the front only and never freed, so a walk always ends; a tld
  * in the pool has counted nothing (its counts went to fw_counts_gone). */
 static _Atomic(fw_tld_t *) fw_tld_all;
-static __thread uint8_t fw_tls_exited __attribute__((tls_model("initial-exec")));
+static FW_THREAD_LOCAL uint8_t fw_tls_exited;
 
 static void fw_thread_done(void *arg);
 
@@ -74,7 +74,7 @@ void fw_process_init(void) {
   uint64_t k;
   fw_os_random(&k, sizeof k);
   fw_segment_cookie_key ^= k;
-  pthread_key_create(&fw_thread_key, fw_thread_done);
+  fw_os_tkey_create(&fw_thread_key, fw_thread_done);
   fw_check_init();
   fw_prof_init();
   atomic_store(&fw_process_state, 2);
@@ -109,8 +109,8 @@ static fw_heap_t *fw_thread_setup(void) {
     return NULL;
   }
   tld->heap_default = heap;
-  fw_tls_heap = heap;
-  if (!fw_tls_exited) pthread_setspecific(fw_thread_key, tld);
+  FW_TLS(fw_tls_heap) = heap;
+  if (!FW_TLS(fw_tls_exited)) fw_os_tkey_set(fw_thread_key, tld);
   fw_stat_add(threads, 1);
   fw_stat_add(threads_total, 1);
   return heap;
@@ -125,7 +125,7 @@ void fw_thread_free_late(void) {
 
 static void fw_thread_teardown(fw_tld_t *tld) {
   /* From here on this thread's frees take the no-heap way */
-  fw_tls_heap = &fw_heap_empty;
+  FW_TLS(fw_tls_heap) = &fw_heap_empty;
   while (tld->heaps) {
     fw_heap_t *h = tld->heaps;
     fw_heap_release(h, NULL, false);
@@ -152,8 +152,8 @@ static void fw_thread_teardown(fw_tld_t *tld) {
 
 static void fw_thread_done(void *arg) {
   fw_tld_t *tld = arg;
-  fw_tls_exited = 1;
-  if (!tld || fw_tls_heap == &fw_heap_empty || fw_tls_heap->tld != tld) return;
+  FW_TLS(fw_tls_exited) = 1;
+  if (!tld || FW_TLS(fw_tls_heap) == &fw_heap_empty || FW_TLS(fw_tls_heap)->tld != tld) return;
   fw_thread_teardown(tld);
 }
 
@@ -163,7 +163,7 @@ void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
 }
 
 void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (heap == &fw_heap_empty) {
     heap = fw_thread_setup();
     if (!heap) return fw_enomem();
@@ -175,7 +175,7 @@ void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {
   case FW_OP_ALIGNED: r = fw_heap_malloc_aligned_ex(heap, size, align, false); break;
   default: r = fw_realloc_ex(heap, p, size); break;
   }
-  if (fw_unlikely(fw_tls_exited)) {
+  if (fw_unlikely(FW_TLS(fw_tls_exited))) {
     int saved = errno;
     fw_thread_teardown(heap->tld);
     errno = saved;
@@ -188,15 +188,15 @@ void fw_thread_visit(void (*fn)(const fw_tld_t *tld, void *arg), void *arg) {
 }
 
 fw_heap_t *fw_thread_heap(void) {
-  fw_heap_t *heap = fw_tls_heap;
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (heap != &fw_heap_empty) return heap;
-  if (fw_tls_exited) return NULL;
+  if (FW_TLS(fw_tls_exited)) return NULL;
   return fw_thread_setup();
 }
 
 __attribute__((constructor)) static void fw_constructor(void) {
   fw_process_init();
-  pthread_atfork(fw_fork_prepare, fw_fork_parent, fw_fork_child);
+  fw_os_atfork(fw_fork_prepare, fw_fork_parent, fw_fork_child);
   fw_survey_init();
 }
 
