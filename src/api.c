@@ -67,8 +67,7 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
   void *name(size_t size) {                                                        \
     void *p = fw_malloc_try_fast(size);                                            \
     if (fw_unlikely(p == NULL)) p = fw_new_slow(size, form);                       \
-    fw_prof_countdown(FW_TLS(fw_tls_heap), p, size);                               \
-    return p;                                                                      \
+    return fw_prof_countdown(FW_TLS(fw_tls_heap), p, size);                        \
   }
 #else
 #define FW_NEW(name, form)                                                         \

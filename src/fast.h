@@ -48,8 +48,7 @@ FW_INLINE bool fw_free_try_fast(void *p) {
  * down to the heap profiler's next sample (prof.h). */
 static FW_NOINLINE FW_COLD void *fw_malloc_slow_counted(size_t size, fw_heap_t *heap) {
   void *b = fw_malloc_slow(size, heap);
-  fw_prof_countdown(FW_TLS(fw_tls_heap), b, size);  /* the heap may be new */
-  return b;
+  return fw_prof_countdown(FW_TLS(fw_tls_heap), b, size);  /* the heap may be new */
 }
 /* Only tail calls leave the hit, so it needs no stack frame: the countdown
  * adds one subtract and one branch. */

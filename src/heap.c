@@ -83,6 +83,18 @@ fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls) {
   return page ? page : fw_heap_page_new(heap, cls);
 }
 
+fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
+  size_t bs = fw_class_size[cls];
+  int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
+  fw_page_t *page = fw_segment_page_alloc(heap->tld, kind, false);
+  if (!page) page = fw_segment_page_alloc(heap->tld, kind, true);
+  if (!page) return NULL;
+  fw_page_init(page, heap, cls, bs);
+  fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLES);
+  fw_page_to_full(heap, page);  /* a fresh page: no remote free can be there yet */
+  return page;
+}
+
 fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
   fw_page_t *page;
@@ -141,6 +153,7 @@ void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
 /* The page has no live block left (and is not a queue head): give it back. */
 static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   FW_ASSERT(page->used == 0);
+  if ((page->flags & FW_PF_SAMPLES) && heap->samples[page->cls] == page) heap->samples[page->cls] = NULL;
   if (page->flags & FW_PF_FULL) {
     /* its delayed bit stays: with no live block, no free can reach the page
      * (but a double free), and whoever sets the page up again rewrites it */
@@ -165,7 +178,14 @@ void fw_heap_page_empty(fw_page_t *page) {
 void fw_heap_free_local(fw_page_t *page, fw_block_t *b) {
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   /* the secure level's delayed reuse: the block waits on page->later */
-  if (fw_secure && page->kind != FW_KIND_LARGE ? fw_page_push_later(page, b) : fw_page_push(page, b)) {
+  bool empty = fw_secure && page->kind != FW_KIND_LARGE ? fw_page_push_later(page, b) : fw_page_push(page, b);
+  if (fw_unlikely(page->flags & FW_PF_SAMPLES)) {
+    /* it stays in the full list; the page the next sample of its class
+     * comes from stays even empty */
+    if (fw_page_rearm(page) && heap->samples[page->cls] != page) fw_heap_page_retire(heap, page);
+    return;
+  }
+  if (empty) {
     fw_heap_page_retire(heap, page);
     return;
   }
@@ -252,7 +272,9 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
     while (q->first) {
       fw_page_t *pg = q->first;
       fw_page_queue_remove(heap, q, pg);
-      fw_page_flags_set(pg, pg->flags & ~FW_PF_FULL);
+      /* a page of sampled blocks handed on is an ordinary one: the
+       * profiler's flag for its blocks stays */
+      fw_page_flags_set(pg, pg->flags & ~(FW_PF_FULL | FW_PF_SAMPLES));
       if (destroy) {
         fw_segment_page_free(heap->tld, pg);
         continue;
@@ -271,6 +293,7 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
    * pages into the cache: one left there would keep its segment alive */
   fw_large_cache_flush(heap, true);
   for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
+  memset(heap->samples, 0, sizeof heap->samples);
 }
 
 void fw_heap_collect_internal(fw_heap_t *heap, bool force) {

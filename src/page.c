@@ -255,6 +255,26 @@ static void fw_page_refill(fw_page_t *page) {
   }
 }
 
+bool fw_page_rearm(fw_page_t *page) {
+  for (;;) {
+    fw_page_collect(page);
+    uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_acquire);
+    if (x == FW_XFREE_DELAYED) break;
+    if (x == 0 && atomic_compare_exchange_strong_explicit(&page->xfree, &x, FW_XFREE_DELAYED, memory_order_acq_rel,
+                                                          memory_order_relaxed))
+      break;
+  }
+  return page->used == 0;
+}
+
+fw_block_t *fw_page_take(fw_page_t *page) {
+  if (!fw_page_has_free(page)) {
+    fw_page_refill(page);
+    if (!fw_page_has_free(page) && page->capacity < page->reserved) fw_page_extend(page);
+  }
+  return fw_page_pop_checked(page);
+}
+
 /* Marks a page (not in any list) full: remote frees now go to the heap. If
  * one slipped in first, the page is not full after all: returns false. */
 static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {

@@ -160,6 +160,15 @@ FW_HIDDEN void fw_page_tables_init(void);
 /* Sets up a fresh slot (from the segment layer) for blocks of class cls and
  * carves its first blocks. */
 FW_HIDDEN void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_size);
+/* A block of page, which is in no class queue (the heap profiler's pages
+ * of sampled blocks): remote frees folded in, more blocks carved if need
+ * be; NULL if the page has no room. */
+FW_HIDDEN fw_block_t *fw_page_take(fw_page_t *page);
+/* A page that stays in its heap's full list (sampled blocks) after a free
+ * from the heap's delayed list: the frees other threads made since folded
+ * in, and the delayed bit set again, so that the next one reaches the heap
+ * too. True if the page has no live block left. */
+FW_HIDDEN bool fw_page_rearm(fw_page_t *page);
 /* Folds the blocks other threads freed into the local free list. */
 FW_HIDDEN void fw_page_collect(fw_page_t *page);
 /* The secure level's free by the owner: onto page->later (see there).

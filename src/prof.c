@@ -266,30 +266,58 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   if (dump) fw_prof_dump_growth(dump);
 }
 
-void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) {
+/* A sampled small block is handed out from the heap's page of sampled
+ * blocks of its class instead (heap.c, fw_heap_page_samples), and p goes
+ * back to its page unseen: only frees of sampled blocks then take the slow
+ * path in which the profiler forgets them, not those of every block that
+ * shares a page with one. Blocks of a page with a flag already, of another
+ * heap, and large ones stay where they are (their page is flagged). */
+static void *fw_prof_move(fw_heap_t *heap, void *p) {
+  if (!p) return p;
+  fw_page_t *page = fw_ptr_page(p);
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
+      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
+    return p;
+  size_t cls = page->cls;
+  fw_page_t *sp = heap->samples[cls];
+  fw_block_t *b = sp ? fw_page_take(sp) : NULL;
+  if (!b) {
+    /* the page used up stays in the full list until its blocks are freed */
+    sp = fw_heap_page_samples(heap, cls);
+    if (!sp) return p;
+    heap->samples[cls] = sp;
+    b = fw_page_take(sp);
+    if (!b) return p;
+  }
+  if (fw_page_push_uncounted(page, (fw_block_t *)p)) fw_heap_page_empty(page);
+  return b;
+}
+
+static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
   if (heap == &fw_heap_empty || !fw_prof_on) {
     heap->prof_left = INTPTR_MAX; /* a thread with no heap yet, or profiling off */
-    return;
+    return p;
   }
   /* a heap starts with a count of 0: at its first allocation the first
    * interval is drawn, and that allocation counted against it as any other */
   if (heap->rng == 0) {
     heap->prof_left = fw_prof_interval(heap) - (intptr_t)size;
-    if (heap->prof_left >= 0) return;
+    if (heap->prof_left >= 0) return p;
   }
   heap->prof_left = fw_prof_interval(heap);
+  if (movable) p = fw_prof_move(heap, p);
   fw_prof_record(heap, p, size);
-}
-
-void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) {
-  fw_prof_sample(heap, p, size);
   return p;
 }
+
+void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) { (void)fw_prof_take(heap, p, size, false); }
+
+void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, true); }
 
 void fw_prof_account(void *p, size_t size) {
   fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (heap == &fw_heap_empty) return;
-  fw_prof_countdown(heap, p, size);
+  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
 }
 
 void fw_prof_free(fw_page_t *page, const void *b) {

@@ -12,7 +12,9 @@ FW_HIDDEN void fw_prof_init(void);
  * requested; p may be NULL, heap may be fw_heap_empty): records p with the
  * caller's stack and starts the next countdown. */
 FW_HIDDEN void fw_prof_sample(fw_heap_t *heap, void *p, size_t size);
-/* fw_prof_sample, returning p (a tail call for the entry points). */
+/* The same for a plain allocation (malloc, new), whose block may be traded
+ * for one of the heap's page of sampled blocks: returns the block to hand
+ * out (a tail call for the entry points). */
 FW_HIDDEN void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size);
 /* The countdown for an allocation made outside the sampling entry points
  * (calloc, realloc, aligned forms): called only with profiling on. */
@@ -33,10 +35,11 @@ FW_HIDDEN void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs,
  * could not be written whole. */
 FW_HIDDEN int fw_prof_dump_fd(int fd);
 
-/* The countdown of the sampling entry points, after the allocation: one
- * subtract and a branch not taken. */
-FW_INLINE void fw_prof_countdown(fw_heap_t *heap, void *p, size_t size) {
-  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
+/* The countdown of the sampling entry points, after a plain allocation:
+ * one subtract and a branch not taken. Returns the block to hand out. */
+FW_INLINE void *fw_prof_countdown(fw_heap_t *heap, void *p, size_t size) {
+  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) return fw_prof_sampled(heap, p, size);
+  return p;
 }
 
 #endif

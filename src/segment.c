@@ -39,6 +39,12 @@ static size_t fw_slot_bytes(const fw_segment_t *seg) {
   return (size_t)seg->page_slices * FW_SLICE_SIZE;
 }
 
+/* What purging the page slots in bits takes from the committed memory:
+ * whole slots, but for slot 0 the header, which stays. */
+static size_t fw_slots_committed(const fw_segment_t *seg, uint64_t bits) {
+  return (size_t)fw_popcount64(bits) * fw_slot_bytes(seg) - ((bits & 1) ? FW_SEGMENT_HEADER : 0);
+}
+
 /* The usable memory of page slot i (slot 0 starts after the header). */
 static uint8_t *fw_slot_area(fw_segment_t *seg, size_t i, size_t *size) {
   uint8_t *start = (uint8_t *)seg + i * fw_slot_bytes(seg);
@@ -210,7 +216,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
        * committed until a page is set up in them (slot 0 holds the header).
        * Huge pages bring in the slots around the ones in use too. */
       seg->purged_mask = seg->free_mask & ~(uint64_t)1;
-      fw_stat_sub(committed, (size_t)fw_popcount64(seg->purged_mask) * fw_slot_bytes(seg));
+      fw_stat_sub(committed, fw_slots_committed(seg, seg->purged_mask));
     }
     uint8_t pf = fw_checked_flag();
     for (size_t i = 0; i < FW_SLICES; i++) {
@@ -235,7 +241,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
  * gone quiet would never run. */
 static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   /* the arena counts a released chunk as committed until it purges it */
-  if (!seg->direct) fw_stat_add(committed, (size_t)fw_popcount64(seg->purged_mask) * fw_slot_bytes(seg));
+  if (!seg->direct) fw_stat_add(committed, fw_slots_committed(seg, seg->purged_mask));
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
@@ -281,9 +287,9 @@ static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
 /* Takes the free slots in bits for a page: they are committed from now on. */
 static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
   bool is_zero = !(seg->dirty_mask & bits);
-  size_t purged = fw_popcount64(seg->purged_mask & bits);
+  uint64_t purged = seg->purged_mask & bits;
   if (purged) {
-    fw_stat_commit(purged * fw_slot_bytes(seg));
+    fw_stat_commit(fw_slots_committed(seg, purged));
     seg->purged_mask &= ~bits;
   }
   seg->free_mask &= ~bits;
@@ -489,7 +495,7 @@ static void fw_slots_purge(fw_segment_t *seg, size_t first, size_t n) {
   if (!fw_os_purge(area, size)) return;
   uint64_t bits = fw_mask_low(n) << first;
   fw_stat_add(purged, size);
-  fw_stat_sub(committed, n * fw_slot_bytes(seg));
+  fw_stat_sub(committed, fw_slots_committed(seg, bits));
   seg->purged_mask |= bits;
   seg->dirty_mask &= ~bits;
 }

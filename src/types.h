@@ -38,6 +38,8 @@ enum {
   FW_PF_CHECKED = 8,   /* cautious mode: every free is validated */
   FW_PF_UNUSED = 16,   /* slice not in use as a page */
   FW_PF_SAMPLED = 32,  /* holds blocks the heap profiler sampled (prof.c) */
+  FW_PF_SAMPLES = 64,  /* serves the heap profiler's sampled blocks only: stays in
+                          the heap's full list (heap.c) */
 };
 
 /* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block).
@@ -154,6 +156,8 @@ struct fw_heap_s {
   uint64_t rng;                    /* FREEWAY_SECURE: the carving order's state; the
                                       heap profiler's intervals */
   intptr_t prof_left;              /* FREEWAY_PROFILE: bytes until the next sample */
+  fw_page_t *samples[FW_CLASS_COUNT]; /* FREEWAY_PROFILE: the page sampled blocks of each
+                                         class come from (FW_PF_SAMPLES) */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;
