@@ -101,7 +101,12 @@ static void fw_pq_head_moved(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *old
     now->used++;
     now->idle = 0;
   }
-  if (q != &heap->full) fw_direct_set(heap, (size_t)(q - heap->queues), now ? now : &fw_page_empty);
+  if (q != &heap->full) {
+    size_t c = (size_t)(q - heap->queues);
+    fw_direct_set(heap, c, now ? now : &fw_page_empty);
+    if (!now) heap->queued[c / 64] &= ~((uint64_t)1 << (c % 64));
+    else if (!old) heap->queued[c / 64] |= (uint64_t)1 << (c % 64);
+  }
 }
 
 void fw_page_queue_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) {
@@ -312,6 +317,7 @@ void fw_page_unfull(fw_heap_t *heap, fw_page_t *page) {
  * had no live block and went back to its segment (which may be gone now). */
 bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
   page->adopted = 1;
+  heap->adopted_any = true;
   atomic_store_explicit(&page->heap, heap, memory_order_release);
   fw_page_flags_set(page, page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED | FW_PF_SAMPLED));
   page->next = page->prev = NULL;
@@ -335,14 +341,18 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
  * class to class (a buffer grown by realloc, a string that keeps growing)
  * reuse memory already touched instead of spreading over fresh pages. */
 void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
-  for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
-    fw_page_t *pg = heap->queues[c].first;
-    if (!pg || c == cls || pg->kind != kind || pg->used != 1 ||
-        (atomic_load_explicit(&pg->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED))
-      continue;
-    fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */
-    fw_segment_page_free(heap->tld, pg);
-    return;
+  /* only the classes with a queue: a few, where a program allocates */
+  for (size_t w = 0; w < 2; w++) {
+    for (uint64_t m = heap->queued[w]; m; m &= m - 1) {
+      size_t c = w * 64 + (size_t)__builtin_ctzll(m);
+      fw_page_t *pg = heap->queues[c].first;
+      if (c == cls || pg->kind != kind || pg->used != 1 ||
+          (atomic_load_explicit(&pg->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED))
+        continue;
+      fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */
+      fw_segment_page_free(heap->tld, pg);
+      return;
+    }
   }
 }
 
@@ -376,7 +386,7 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
          * adopted pages: the heap's own pages with a few free blocks are
          * often ones it is draining (a loop that frees its oldest blocks),
          * and hopping to them would cost more slow paths than carving. */
-        fw_page_t *adopted = fw_page_queue_adopted(page->next);
+        fw_page_t *adopted = heap->adopted_any ? fw_page_queue_adopted(page->next) : NULL;
         if (adopted) page = adopted;
         else fw_page_extend(page);
       }
@@ -585,5 +595,9 @@ void fw_page_queue_validate(const fw_heap_t *heap, const fw_page_queue_t *q) {
     FW_ASSERT(++n < ((size_t)1 << 24));
   }
   FW_ASSERT(q->last == prev);
+  if (q != &heap->full) {
+    size_t c = (size_t)(q - heap->queues);
+    FW_ASSERT(((heap->queued[c / 64] >> (c % 64)) & 1) == (q->first != NULL));
+  }
 }
 #endif

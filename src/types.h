@@ -147,6 +147,8 @@ struct fw_heap_s {
   fw_page_t *direct[FW_DIRECT_SLOTS];
   fw_tld_t *tld;
   fw_page_queue_t queues[FW_CLASS_COUNT + 1];
+  uint64_t queued[2];              /* bit c: queues[c] is not empty (page.c) */
+  bool adopted_any;                /* has taken in pages of another heap or thread */
   fw_page_queue_t full;
   fw_heap_t *next, *prev;          /* tld->heaps */
   fw_heap_t *pool_next;            /* free heap structs */
