@@ -287,29 +287,35 @@ static void fw_survey_delayed(fw_survey_t *sv, const fw_heap_t *heap) {
   }
 }
 
+/* Adds a thread's counts (a copy: no field changes under the additions)
+ * to the process's and to the owner's. */
+static void fw_survey_add_counts(fw_survey_t *sv, uintptr_t owner, const fw_counts_t *c) {
+  uint64_t frees = 0;
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) {
+    sv->cls[i].frees += c->frees[i];
+    frees += c->frees[i];
+  }
+  sv->large_allocs += c->large_allocs;
+  sv->remote_frees += c->remote_frees;
+  if (!frees && !c->large_allocs && !c->remote_frees) return;
+  fw_owner_tally_t *ot = fw_survey_owner(sv, owner);
+  ot->frees += frees;
+  ot->large_frees += c->frees[FW_CLASS_LARGE];
+  ot->large_allocs += c->large_allocs;
+  ot->remote_frees += c->remote_frees;
+}
+
 static void fw_survey_thread(const fw_tld_t *tld, void *arg) {
   fw_survey_t *sv = arg;
   size_t n = 0;
   for (const fw_heap_t *h = __atomic_load_n(&tld->heaps, __ATOMIC_ACQUIRE); h && n < 4096;
        h = __atomic_load_n(&h->next, __ATOMIC_RELAXED), n++)
     fw_survey_delayed(sv, h);
-  const fw_counts_t *c = &tld->counts;
-  uintptr_t thread_id = __atomic_load_n(&tld->thread_id, __ATOMIC_RELAXED);
-  uint64_t frees = 0, large = fw_count_read(&c->large_allocs), remote = fw_count_read(&c->remote_frees);
-  uint64_t large_frees = fw_count_read(&c->frees[FW_CLASS_LARGE]);
-  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) {
-    uint64_t f = fw_count_read(&c->frees[i]);
-    sv->cls[i].frees += f;
-    frees += f;
-  }
-  sv->large_allocs += large;
-  sv->remote_frees += remote;
-  if (!frees && !large && !remote) return;
-  fw_owner_tally_t *ot = fw_survey_owner(sv, thread_id);
-  ot->frees += frees;
-  ot->large_frees += large_frees;
-  ot->large_allocs += large;
-  ot->remote_frees += remote;
+  fw_counts_t c;
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) c.frees[i] = fw_count_read(&tld->counts.frees[i]);
+  c.large_allocs = fw_count_read(&tld->counts.large_allocs);
+  c.remote_frees = fw_count_read(&tld->counts.remote_frees);
+  fw_survey_add_counts(sv, __atomic_load_n(&tld->thread_id, __ATOMIC_RELAXED), &c);
 }
 
 static void fw_survey_run(fw_survey_t *sv) {
@@ -318,23 +324,12 @@ static void fw_survey_run(fw_survey_t *sv) {
   fw_arena_visit(fw_survey_arena, sv);
   fw_thread_visit(fw_survey_thread, sv);
   /* threads gone count as owner 0, with the segments they left */
-  uint64_t frees = 0, large_frees = atomic_load_explicit(&fw_counts_gone.frees[FW_CLASS_LARGE], memory_order_relaxed);
-  for (size_t i = 0; i <= FW_CLASS_LARGE; i++) {
-    uint64_t f = atomic_load_explicit(&fw_counts_gone.frees[i], memory_order_relaxed);
-    sv->cls[i].frees += f;
-    frees += f;
-  }
-  uint64_t large = atomic_load_explicit(&fw_counts_gone.large_allocs, memory_order_relaxed);
-  uint64_t remote = atomic_load_explicit(&fw_counts_gone.remote_frees, memory_order_relaxed);
-  sv->large_allocs += large;
-  sv->remote_frees += remote;
-  if (frees || large || remote) {
-    fw_owner_tally_t *ot = fw_survey_owner(sv, 0);
-    ot->frees += frees;
-    ot->large_frees += large_frees;
-    ot->large_allocs += large;
-    ot->remote_frees += remote;
-  }
+  fw_counts_t gone;
+  for (size_t i = 0; i <= FW_CLASS_LARGE; i++)
+    gone.frees[i] = atomic_load_explicit(&fw_counts_gone.frees[i], memory_order_relaxed);
+  gone.large_allocs = atomic_load_explicit(&fw_counts_gone.large_allocs, memory_order_relaxed);
+  gone.remote_frees = atomic_load_explicit(&fw_counts_gone.remote_frees, memory_order_relaxed);
+  fw_survey_add_counts(sv, 0, &gone);
 }
 
 /* Blocks handed out of class c since the process started: small classes
