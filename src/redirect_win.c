@@ -330,6 +330,9 @@ static bool fw_patch(fw_rt_t *rt, uint8_t *fn, fw_code_t hook) {
     rel = (int64_t)(uintptr_t)t - (int64_t)(uintptr_t)(fn + 5);
     if (rel != (int32_t)rel) return false;
   }
+#else
+  /* a 32-bit displacement reaches all of a 32-bit address space */
+  (void)rt;
 #endif
   int32_t rel32 = (int32_t)rel;
   uint8_t code[5] = {0xe9};
