@@ -268,6 +268,41 @@ FW_HIDDEN void fw_os_yield(void);
 /* The number of CPUs this process may run on, at least 1. */
 FW_HIDDEN unsigned fw_os_cpu_count(void);
 
+/* ---- code patching and foreign heaps (Windows: freeway-redirect.dll) --------
+ * Only os_win.c defines these; nothing on other platforms calls them.
+ * fw_os_read copies n bytes from p into buf when all of them are readable,
+ * and returns false (buf unchanged or partly written) when any is not,
+ * without a fault, however other threads change the address space
+ * meanwhile: the test of memory that may not be ours. A system call: slow
+ * paths only. */
+FW_HIDDEN bool fw_os_read(const void *p, void *buf, size_t n);
+/* The handle of a loaded module (DLL) by file name, or NULL; and an
+ * exported name of a module, or NULL. Neither loads anything. */
+FW_HIDDEN void *fw_os_module(const char *name);
+FW_HIDDEN void *fw_os_module_symbol(void *module, const char *name);
+/* size bytes of executable memory within reach of a 32-bit relative jump
+ * from `from` (x64: within 2 GiB of it; x86: anywhere), read-only until
+ * written with fw_os_code_write; NULL if none is free there. Never freed. */
+FW_HIDDEN void *fw_os_code_near(const void *from, size_t size);
+/* Writes n bytes over code at at (write access around the copy, the old
+ * protection put back, the instruction cache flushed). When the bytes lie
+ * in one aligned 8-byte word, that word is replaced by one atomic store, so
+ * a thread running the code sees it whole before or after. False if the
+ * protection could not be changed (nothing written). */
+FW_HIDDEN bool fw_os_code_write(void *at, const void *bytes, size_t n);
+/* Calls fn on the loading thread each time a module is loaded into the
+ * process, once it is mapped and before its initialisation runs (under the
+ * loader's lock: fn must not load modules or wait for other threads).
+ * False if the system cannot tell. */
+FW_HIDDEN bool fw_os_on_module_load(void (*fn)(void));
+/* The system heap API, for blocks a C runtime took from its heap (heap:
+ * that heap's handle; NULL for the process heap): the size of a block,
+ * freeing it, and resizing it in place only (NULL when it cannot). The size
+ * is SIZE_MAX when p is not a block of heap. */
+FW_HIDDEN size_t fw_os_heap_size(void *heap, const void *p);
+FW_HIDDEN void fw_os_heap_free(void *heap, void *p);
+FW_HIDDEN void *fw_os_heap_resize_in_place(void *heap, void *p, size_t size);
+
 /* ---- internal consistency checks (FW_DEBUG builds) ------------------------ */
 FW_HIDDEN __attribute__((noreturn)) void fw_os_assert_fail(const char *file, int line, const char *cond);
 #ifdef FW_DEBUG

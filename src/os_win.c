@@ -510,3 +510,119 @@ void fw_os_random(void *buf, size_t n) {
     out[i] = (uint8_t)(z ^ (z >> 31));
   }
 }
+
+/* ---- code patching and foreign heaps (freeway-redirect.dll) ------------------ */
+bool fw_os_read(const void *p, void *buf, size_t n) {
+  /* the kernel copies and reports what it could not read: no fault here,
+   * whatever another thread unmaps meanwhile */
+  SIZE_T got = 0;
+  return ReadProcessMemory(GetCurrentProcess(), p, buf, n, &got) && got == n;
+}
+
+void *fw_os_module(const char *name) { return (void *)GetModuleHandleA(name); }
+
+void *fw_os_module_symbol(void *module, const char *name) {
+  if (!module) return NULL;
+  FARPROC f = GetProcAddress((HMODULE)module, name);
+  void *r;
+  memcpy(&r, &f, sizeof r);
+  return r;
+}
+
+static void *fw_code_at(uintptr_t at, size_t size) {
+  return VirtualAlloc((void *)at, size, MEM_RESERVE | MEM_COMMIT, PAGE_EXECUTE_READ);
+}
+
+#if defined(__x86_64__)
+/* The first free range of size bytes met walking away from `from` towards the
+ * limit (down when down), on the allocation granularity; 0 if none. Each
+ * step skips a whole region (VirtualQuery), so the walk is short. */
+static uintptr_t fw_code_search(uintptr_t from, uintptr_t limit, size_t size, bool down) {
+  uintptr_t g = fw_granularity;
+  uintptr_t a = down ? fw_align_down(from, g) - g : fw_align_up(from, g);
+  for (int steps = 0; steps < 4096; steps++) {
+    if (down ? a < limit || a < g : a > limit) return 0;
+    MEMORY_BASIC_INFORMATION mi;
+    if (VirtualQuery((void *)a, &mi, sizeof mi) != sizeof mi) return 0;
+    uintptr_t rs = (uintptr_t)mi.BaseAddress, re = rs + mi.RegionSize;
+    if (mi.State == MEM_FREE && re - a >= size) {
+      void *r = fw_code_at(a, size);
+      if (r) return (uintptr_t)r;
+    }
+    if (down) {
+      uintptr_t below = mi.State == MEM_FREE ? a : fw_align_down(mi.AllocationBase ? (uintptr_t)mi.AllocationBase : rs, g);
+      if (below < g) return 0;
+      a = below - g;
+    } else {
+      a = fw_align_up(re > a ? re : a + g, g);
+    }
+  }
+  return 0;
+}
+#endif
+
+void *fw_os_code_near(const void *from, size_t size) {
+  if (!fw_page_size_real) fw_os_init();
+  size = fw_align_up(size ? size : 1, fw_page_size_real);
+#if defined(__x86_64__)
+  /* a margin of 64 MiB below the 2 GiB reach: the callers jump from
+   * anywhere in the module that holds `from` */
+  const uintptr_t reach = ((uintptr_t)1 << 31) - ((uintptr_t)64 << 20);
+  uintptr_t at = (uintptr_t)from;
+  uintptr_t r = fw_code_search(at, at > reach ? at - reach : 0, size, true);
+  if (!r) r = fw_code_search(at, at + reach - size, size, false);
+  return (void *)r;
+#else
+  (void)from;
+  return fw_code_at(0, size);
+#endif
+}
+
+bool fw_os_code_write(void *at, const void *bytes, size_t n) {
+  DWORD old;
+  if (!VirtualProtect(at, n, PAGE_EXECUTE_READWRITE, &old)) return false;
+  uintptr_t a = (uintptr_t)at, w = a & ~(uintptr_t)7;
+  if (n <= 8 && a + n <= w + 8) {
+    uint64_t v;
+    memcpy(&v, (const void *)w, sizeof v);
+    memcpy((uint8_t *)&v + (a - w), bytes, n);
+    __atomic_store_n((uint64_t *)w, v, __ATOMIC_SEQ_CST);
+  } else {
+    memcpy(at, bytes, n);
+  }
+  DWORD ignored;
+  VirtualProtect(at, n, old, &ignored);
+  FlushInstructionCache(GetCurrentProcess(), at, n);
+  return true;
+}
+
+/* ntdll's module-load notifications (Vista and later, and Wine): declared
+ * here, the MinGW headers do not. */
+typedef VOID(CALLBACK *fw_ldr_notify_fn)(ULONG reason, const void *data, PVOID ctx);
+typedef LONG(NTAPI *fw_ldr_register_fn)(ULONG flags, fw_ldr_notify_fn fn, PVOID ctx, PVOID *cookie);
+static void (*fw_module_load_fn)(void);
+
+static VOID CALLBACK fw_module_notify(ULONG reason, const void *data, PVOID ctx) {
+  (void)data, (void)ctx;
+  if (reason == 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ && fw_module_load_fn) fw_module_load_fn();
+}
+
+bool fw_os_on_module_load(void (*fn)(void)) {
+  FARPROC f = GetProcAddress(GetModuleHandleA("ntdll.dll"), "LdrRegisterDllNotification");
+  if (!f) return false;
+  fw_ldr_register_fn reg;
+  memcpy(&reg, &f, sizeof reg);
+  fw_module_load_fn = fn;
+  PVOID cookie;
+  return reg(0, fw_module_notify, NULL, &cookie) >= 0;
+}
+
+size_t fw_os_heap_size(void *heap, const void *p) {
+  return (size_t)HeapSize(heap ? (HANDLE)heap : GetProcessHeap(), 0, p);
+}
+
+void fw_os_heap_free(void *heap, void *p) { HeapFree(heap ? (HANDLE)heap : GetProcessHeap(), 0, p); }
+
+void *fw_os_heap_resize_in_place(void *heap, void *p, size_t size) {
+  return HeapReAlloc(heap ? (HANDLE)heap : GetProcessHeap(), HEAP_REALLOC_IN_PLACE_ONLY, p, size);
+}
