@@ -63,24 +63,24 @@ def experiments(scale):
     """Small versions of the seed experiments of bench/run.py: a run of
     every case under both allocators takes seconds, not minutes."""
     speed = []
-    # bench/run.py's Speed.TABLE (the seed's), at 1/50 of its operations
+    # bench/run.py's Speed.TABLE (the seed's), at 1/20 of its operations
     for t, m, top in ((4, 10000000, 512), (8, 5000000, 2048), (10, 1000000, 32 << 10),
                       (12, 200000, 128 << 10), (14, 50000, 512 << 10), (16, 20000, 2 << 20)):
-        ops = count(m // 50, scale)
+        ops = count(m // 20, scale)
         speed.append(("%dT x %s, 256B-%sB" % (t, human(ops), human(top, True)), "speed",
                       ["--threads", t, "--ops", ops, "--min", 256, "--max", top]))
     frag = []
-    # bench/run.py's Frag.LARGE, at 1/20 of its blocks, 3 loops
+    # bench/run.py's Frag.LARGE, at 1/10 of its blocks, 3 loops
     for t, n, top in ((2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (12, 15000, 1536)):
-        ptrs = count(n // 20, scale)
+        ptrs = count(n // 10, scale)
         frag.append(("%dT x %s, 128B-%sB" % (t, human(ptrs), human(top, True)), "frag",
                      ["--threads", t, "--ptrs", ptrs, "--min", 128, "--max", top, "--loops", 3]))
     strings = []
     for t in (1, 2, 4):
-        n = count(400000, scale)
+        n = count(1000000, scale)
         strings.append(("%dT x %s" % (t, human(n)), "strings", ["--threads", t, "--iters", n]))
     objects = []
-    for size, total in ((128, 2000000), (1024, 1000000), (1 << 20, 2000)):
+    for size, total in ((128, 4000000), (1024, 2000000), (1 << 20, 4000)):
         n = count(total, scale)
         for t in (1, 2, 4):
             objects.append(("%sB x %s, %dT" % (human(size, True), human(n), t), "objects",
@@ -117,7 +117,8 @@ def experiments(scale):
 
 
 def find_wine():
-    for name in ("wine64", "wine"):
+    # the launcher first: it picks the 64-bit or 32-bit loader for the program
+    for name in ("wine", "wine64"):
         path = shutil.which(name)
         if path:
             return path
@@ -143,6 +144,20 @@ def cache_value(build, key):
     except OSError:
         pass
     return ""
+
+
+def source_commit():
+    """The freeway commit of the source tree this script is in, +dirty when
+    it has changes (the build is assumed to be of this tree)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
 
 
 def wine_env(prefix):
@@ -256,6 +271,7 @@ def main():
         "build_type": cache_value(opt.build, "CMAKE_BUILD_TYPE") or "unknown",
         "target": "x86_64" if "x86_64" in compiler else ("i686" if "i686" in compiler else "unknown"),
         "host": "%s %s, %d CPUs" % (platform.system(), platform.machine(), os.cpu_count() or 0),
+        "freeway_commit": source_commit(),
         "reps": opt.reps,
         "scale": opt.scale,
         "date": time.strftime("%Y-%m-%d"),
@@ -288,10 +304,12 @@ def main():
           "**%s** Wine's msvcrt heap is not Windows' heap, its system calls are Linux's behind a "
           "translation layer, and its CPU times and page-fault counts are coarser than Windows' own; "
           "what the figures show is how each allocator behaves (how its time grows with threads and "
-          "sizes, what it keeps and gives back), not what either would take on Windows." % NOTE, "",
+          "sizes, what it keeps and gives back), not what either would take on Windows. Wine reports "
+          "process CPU time in 10 ms ticks, so the CPU usage of runs of a few tens of ms is rough, and "
+          "no page-fault counts (minflt is 0 in the records)." % NOTE, "",
           "- Wine: %s" % meta["wine"],
           "- compiler: %s (%s, %s, linked statically)" % (meta["compiler"], meta["target"], meta["build_type"]),
-          "- host: %s" % meta["host"],
+          "- host: %s; freeway commit %s; %s" % (meta["host"], meta["freeway_commit"], meta["date"]),
           "- %d interleaved repetitions of every case under both allocators (which one goes first "
           "alternates); the tables give medians; scale %g of the default counts; the run took %.0f s"
           % (opt.reps, opt.scale, meta["elapsed_s"]),
