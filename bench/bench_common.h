@@ -70,8 +70,8 @@ static inline void *bench_map(size_t bytes, int extra) {
 
 static inline void bench_unmap(void *p, size_t bytes) { munmap(p, bytes); }
 
-/* The address a program's own symbol has in this process, or NULL: how the
- * programs see whether freeway is there without linking it. */
+/* The function of that name in this process (the preloaded library's), or
+ * NULL: how the programs see whether freeway is there without linking it. */
 static inline void *bench_lookup(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 #else
 /* Committed memory counts against the commit limit, but pages are backed

@@ -170,6 +170,7 @@ static double space_top_mib(void) {
   return pers != -1 && (pers & ADDR_LIMIT_3GB) ? 3072.0 : 4096.0;
 }
 #else
+/* main refuses --maps and --heap-map here: these only keep its calls. */
 static void copy_maps(const char *prefix, const char *moment) {
   (void)prefix;
   (void)moment;
