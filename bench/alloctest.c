@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
   }
   bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
   for (size_t k = 0; k < nslots; k++) free(slots[k].p);
-  munmap(slots, nslots * sizeof *slots);
+  bench_unmap(slots, nslots * sizeof *slots);
   bench_sink += sum;
 
   bench_json_t j;

@@ -5,6 +5,10 @@
  *   - calls nothing but the standard allocation functions (the allocator
  *     under test is swapped in with LD_PRELOAD, the binary stays the same),
  *   - prints exactly one JSON object on the last line of stdout.
+ *
+ * On Windows (MinGW-w64) the same programs build twice instead, once per
+ * allocator (bench/wine.py); the OS-dependent helpers below have Win32
+ * versions there, and threads come from MinGW's static winpthreads.
  */
 #ifndef FW_BENCH_COMMON_H
 #define FW_BENCH_COMMON_H
@@ -13,19 +17,24 @@
 #define _GNU_SOURCE
 #endif
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#ifdef _WIN32
+#include <windows.h>
+#include <psapi.h>
+#else
+#include <dlfcn.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,20 +60,70 @@ static inline void *bench_calloc(size_t n, size_t size) {
 
 /* Memory straight from the OS (extra: more MAP_* flags), for the programs'
  * own tables, so that they do not weigh on the allocator being measured.
- * Give it back with munmap. */
+ * Give it back with bench_unmap. */
+#ifndef _WIN32
 static inline void *bench_map(size_t bytes, int extra) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
   if (p == MAP_FAILED) bench_die("mmap failed");
   return p;
 }
 
+static inline void bench_unmap(void *p, size_t bytes) { munmap(p, bytes); }
+
+/* The function of that name in this process (the preloaded library's), or
+ * NULL: how the programs see whether freeway is there without linking it. */
+static inline void *bench_lookup(const char *name) { return dlsym(RTLD_DEFAULT, name); }
+#else
+/* Committed memory counts against the commit limit, but pages are backed
+ * only when touched: what MAP_NORESERVE asks for on Linux. */
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+
+static inline void *bench_map(size_t bytes, int extra) {
+  (void)extra;
+  void *p = VirtualAlloc(NULL, bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+  if (!p) bench_die("VirtualAlloc failed");
+  return p;
+}
+
+static inline void bench_unmap(void *p, size_t bytes) {
+  (void)bytes;
+  VirtualFree(p, 0, MEM_RELEASE);
+}
+
+/* The program linked with libfreeway.a exports freeway's fw_* names (they
+ * are declared dllexport); a program of the C runtime's allocator may still
+ * have freeway through its DLLs. */
+static inline void *bench_lookup(const char *name) {
+  static const char *const modules[] = {NULL, "freeway.dll", "freeway-redirect.dll"};
+  for (size_t i = 0; i < sizeof modules / sizeof modules[0]; i++) {
+    HMODULE m = GetModuleHandleA(modules[i]);
+    FARPROC f = m ? GetProcAddress(m, name) : NULL;
+    void *p;
+    memcpy(&p, &f, sizeof p); /* a function's address as data: PE has one address space */
+    if (p) return p;
+  }
+  return NULL;
+}
+#endif
+
 /* ---- time and resource usage ------------------------------------------- */
 
+#ifndef _WIN32
 static inline double bench_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+#else
+static inline double bench_now_ms(void) {
+  LARGE_INTEGER f, c;
+  QueryPerformanceFrequency(&f);
+  QueryPerformanceCounter(&c);
+  return (double)c.QuadPart * 1e3 / (double)f.QuadPart;
+}
+#endif
 
 typedef struct bench_cpu {
   double wall_ms;
@@ -73,6 +132,7 @@ typedef struct bench_cpu {
   long long minflt; /* minor page faults: first touches of fresh memory */
 } bench_cpu_t;
 
+#ifndef _WIN32
 static inline double bench_tv_ms(struct timeval tv) {
   return (double)tv.tv_sec * 1e3 + (double)tv.tv_usec / 1e3;
 }
@@ -88,6 +148,33 @@ static inline bench_cpu_t bench_cpu_now(void) {
   c.minflt = (long long)ru.ru_minflt;
   return c;
 }
+#else
+static inline double bench_filetime_ms(FILETIME t) {
+  return (double)(((uint64_t)t.dwHighDateTime << 32) | t.dwLowDateTime) / 1e4; /* 100 ns units */
+}
+
+static inline PROCESS_MEMORY_COUNTERS bench_memory_counters(void) {
+  PROCESS_MEMORY_COUNTERS pmc;
+  memset(&pmc, 0, sizeof pmc);
+  if (!GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc)) memset(&pmc, 0, sizeof pmc);
+  return pmc;
+}
+
+/* Snapshot of wall clock and process CPU time (all threads). Windows counts
+ * every page fault together, soft and hard: minflt is that count. */
+static inline bench_cpu_t bench_cpu_now(void) {
+  bench_cpu_t c;
+  FILETIME created, exited, kernel, user;
+  memset(&c, 0, sizeof c);
+  if (GetProcessTimes(GetCurrentProcess(), &created, &exited, &kernel, &user)) {
+    c.user_ms = bench_filetime_ms(user);
+    c.sys_ms = bench_filetime_ms(kernel);
+  }
+  c.wall_ms = bench_now_ms();
+  c.minflt = (long long)bench_memory_counters().PageFaultCount;
+  return c;
+}
+#endif
 
 static inline bench_cpu_t bench_cpu_diff(bench_cpu_t end, bench_cpu_t start) {
   bench_cpu_t d;
@@ -99,6 +186,7 @@ static inline bench_cpu_t bench_cpu_diff(bench_cpu_t end, bench_cpu_t start) {
 }
 
 /* CPUs this process may run on. */
+#ifndef _WIN32
 static inline int bench_ncpus(void) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -109,6 +197,19 @@ static inline int bench_ncpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+#else
+static inline int bench_ncpus(void) {
+  DWORD_PTR mine = 0, all = 0;
+  if (GetProcessAffinityMask(GetCurrentProcess(), &mine, &all) && mine) {
+    int n = 0;
+    for (; mine; mine &= mine - 1) n++;
+    return n;
+  }
+  SYSTEM_INFO si;
+  GetSystemInfo(&si);
+  return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
+}
+#endif
 
 /* CPU usage as (user + sys) / (wall x cores): 100% means every core busy. */
 static inline double bench_cpu_util(bench_cpu_t d) {
@@ -116,6 +217,7 @@ static inline double bench_cpu_util(bench_cpu_t d) {
   return (d.user_ms + d.sys_ms) / (d.wall_ms * bench_ncpus());
 }
 
+#ifndef _WIN32
 /* Resident set size now, in bytes, from /proc/self/statm. */
 static inline size_t bench_rss_bytes(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -151,6 +253,15 @@ static inline long bench_maxrss_kb(void) {
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss;
 }
+#else
+/* The working set: the process's pages in memory, Windows' resident set. */
+static inline size_t bench_rss_bytes(void) { return (size_t)bench_memory_counters().WorkingSetSize; }
+
+static inline long bench_peak_rss_kb(void) { return (long)(bench_memory_counters().PeakWorkingSetSize >> 10); }
+
+/* No exec on Windows leaves an earlier high-water mark behind: the same. */
+static inline long bench_maxrss_kb(void) { return bench_peak_rss_kb(); }
+#endif
 
 /* ---- random numbers ------------------------------------------------------ */
 
@@ -307,7 +418,7 @@ static inline void bench_json_cpu(bench_json_t *j, bench_cpu_t d) {
  * mode it measured. */
 static inline void bench_json_fw_mode(bench_json_t *j) {
   long (*get)(const char *);
-  *(void **)&get = dlsym(RTLD_DEFAULT, "fw_option_get");
+  *(void **)&get = bench_lookup("fw_option_get");
   if (get) {
     bench_json_int(j, "fw_cautious", get("cautious"));
     bench_json_int(j, "fw_secure", get("secure"));
@@ -433,8 +544,9 @@ static inline double bench_median(double *v, size_t n) {
 #ifdef __cplusplus
 }
 
-#include <thread>
 #include <vector>
+#ifndef _WIN32
+#include <thread>
 
 /* The C++ programs run their workers on std::thread, as C++ code does.
  * body(t) runs on thread t, must call bench_start_wait() before its timed
@@ -455,6 +567,33 @@ bench_cpu_t bench_run_team(int n, Body body) {
   for (auto s : sums) bench_sink += s;
   return bench_cpu_diff(end, start);
 }
+#else
+/* MinGW's C++ runtime of the win32 thread model has no std::thread: the
+ * workers are the C programs' threads, each given its index and the body. */
+template <class Body>
+struct bench_team_slot {
+  Body *body;
+  int t;
+  uint64_t sum;
+  char pad[64]; /* the sums a cache line apart */
+};
+
+template <class Body>
+void *bench_team_main(void *p) {
+  bench_team_slot<Body> *s = static_cast<bench_team_slot<Body> *>(p);
+  s->sum = (*s->body)(s->t);
+  return nullptr;
+}
+
+template <class Body>
+bench_cpu_t bench_run_team(int n, Body body) {
+  std::vector<bench_team_slot<Body>> slots(static_cast<size_t>(n));
+  for (int t = 0; t < n; t++) slots[static_cast<size_t>(t)] = bench_team_slot<Body>{&body, t, 0, {0}};
+  bench_cpu_t d = bench_run_threads(n, bench_team_main<Body>, slots.data(), sizeof slots[0]);
+  for (auto &s : slots) bench_sink += s.sum;
+  return d;
+}
 #endif
+#endif /* __cplusplus */
 
 #endif /* FW_BENCH_COMMON_H */

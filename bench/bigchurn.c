@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   }
   bench_cpu_t d = bench_cpu_diff(bench_cpu_now(), start);
   for (size_t k = 0; k < live; k++) free(slots[k].p);
-  munmap(slots, live * sizeof *slots);
+  bench_unmap(slots, live * sizeof *slots);
   bench_sink += sum;
 
   bench_json_t j;

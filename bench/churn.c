@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
   atomic_store(&settling, 0);
   bench_join(tids, threads);
   bench_workers_fold(args, threads, sizeof *args);
-  for (int i = 0; i < threads; i++) munmap(args[i].blocks, args[i].cap * sizeof(void *));
+  for (int i = 0; i < threads; i++) bench_unmap(args[i].blocks, args[i].cap * sizeof(void *));
   pthread_barrier_destroy(&phase);
   free(args);
   free(tids);

@@ -35,19 +35,29 @@
  * reserved (PROT_NONE) before any library's constructor runs, so that every
  * allocator starts from the same smaller space. The libraries and the main
  * thread's stack stay where the kernel put them, above the limit.
+ *
+ * On Windows there is no --space, --maps nor --heap-map (a 32-bit Windows
+ * process has its 2 GiB, or 4 GiB when large-address-aware, already; there
+ * is no maps file; freeway's map writer takes its own descriptors, not the C
+ * runtime's); the address space in use is the total virtual space less the
+ * available (GlobalMemoryStatusEx).
  */
 #include "bench_common.h"
 #include "freeway.h"
 
+#ifndef _WIN32
 #include <fcntl.h>
 #include <sys/personality.h>
+#endif
 
+static double space_reserved_mib; /* what the limit took away */
+
+#ifndef _WIN32
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
 static double space_limit_mib;    /* --space, 0 when not given */
-static double space_reserved_mib; /* what the limit took away */
 
 static uintptr_t parse_hex(const char **p) {
   uintptr_t v = 0;
@@ -159,6 +169,39 @@ static double space_top_mib(void) {
   int pers = personality(0xffffffff);
   return pers != -1 && (pers & ADDR_LIMIT_3GB) ? 3072.0 : 4096.0;
 }
+#else
+/* main refuses --maps and --heap-map here: these only keep its calls. */
+static void copy_maps(const char *prefix, const char *moment) {
+  (void)prefix;
+  (void)moment;
+}
+
+static void write_heap_map(void (*map_json)(int), const char *prefix, const char *moment) {
+  (void)map_json;
+  (void)prefix;
+  (void)moment;
+}
+
+static MEMORYSTATUSEX memory_status(void) {
+  MEMORYSTATUSEX ms;
+  memset(&ms, 0, sizeof ms);
+  ms.dwLength = sizeof ms;
+  if (!GlobalMemoryStatusEx(&ms)) memset(&ms, 0, sizeof ms);
+  return ms;
+}
+
+static double vm_mib(void) {
+  MEMORYSTATUSEX ms = memory_status();
+  return (double)(ms.ullTotalVirtual - ms.ullAvailVirtual) / 1048576.0;
+}
+
+/* The top of the user address space: 2 GiB for a 32-bit program (4 GiB when
+ * large-address-aware on a 64-bit system), 0 on a 64-bit one as on Linux. */
+static double space_top_mib(void) {
+  if (sizeof(void *) > 4) return 0;
+  return (double)memory_status().ullTotalVirtual / 1048576.0;
+}
+#endif
 
 typedef struct {
   bench_worker_t w; /* bad: failed allocations */
@@ -216,8 +259,11 @@ int main(int argc, char **argv) {
   int allow_fail = (int)bench_arg_count(argc, argv, "allow-fail", 0);
   if (threads < 1 || loops < 1 || min < 1 || max < min || loops > 1000) bench_die("bad arguments");
   int free_by_main = strcmp(free_by, "main") == 0;
+#ifdef _WIN32
+  if (maps || heap_map || bench_arg_raw(argc, argv, "space")) bench_die("--space, --maps, --heap-map: not on Windows");
+#endif
   __typeof__(&fw_heap_map_json) map_json = NULL;
-  if (heap_map) map_json = (__typeof__(&fw_heap_map_json))dlsym(RTLD_DEFAULT, "fw_heap_map_json");
+  if (heap_map) map_json = (__typeof__(&fw_heap_map_json))bench_lookup("fw_heap_map_json");
 
   frag_arg_t proto = {
       .ptrs = ptrs, .min = min, .max = max, .seed = seed, .loops = loops, .free_by_main = free_by_main};
@@ -285,7 +331,7 @@ int main(int argc, char **argv) {
   bench_cpu_t total = bench_cpu_diff(bench_cpu_now(), total_start);
   bench_join(tids, threads);
   long long failed = bench_workers_fold(args, threads, sizeof *args);
-  for (int i = 0; i < threads; i++) munmap(args[i].blocks, ptrs * sizeof(void *) + 1);
+  for (int i = 0; i < threads; i++) bench_unmap(args[i].blocks, ptrs * sizeof(void *) + 1);
   pthread_barrier_destroy(&phase);
 
   double mean = 0;

@@ -59,7 +59,7 @@ static void simple_loop(gb_arg_t *a) {
     }
     a->size_ms[s] = bench_now_ms() - t0;
   }
-  munmap(blocks, most * sizeof *blocks);
+  bench_unmap(blocks, most * sizeof *blocks);
   a->w.checksum = sum;
 }
 
@@ -78,7 +78,7 @@ static void thread_loop(gb_arg_t *a) {
     slots[j][0] = (unsigned char)size;
   }
   for (size_t j = 0; j < a->window; j++) free(slots[j]);
-  munmap(slots, a->window * sizeof *slots);
+  bench_unmap(slots, a->window * sizeof *slots);
   a->w.checksum = sum;
 }
 

@@ -97,7 +97,7 @@ static void *rp_thread(void *p) {
     }
   }
   for (size_t k = 0; k < a->ncache; k++) drop_block(a, cache[k]);
-  munmap(cache, a->ncache * sizeof *cache);
+  bench_unmap(cache, a->ncache * sizeof *cache);
   return NULL;
 }
 
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   bench_team_t t = bench_run_workers(threads, rp_thread, &proto, sizeof proto, NULL);
   rp_arg_t last = proto;
   for (size_t k = 0; k < nshared; k++) drop_block(&last, atomic_load(&shared[k]));
-  munmap((void *)shared, nshared * sizeof *shared);
+  bench_unmap((void *)shared, nshared * sizeof *shared);
   long long bad = t.bad + last.w.bad;
   bench_sink += last.w.checksum;
 

@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < nshared; k++) drop_block(&last, atomic_load(&shared[k]));
   bad += last.w.bad;
   bench_sink += last.w.checksum;
-  munmap((void *)shared, nshared * sizeof *shared);
+  bench_unmap((void *)shared, nshared * sizeof *shared);
   free(args);
   free(tids);
 

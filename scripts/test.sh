@@ -25,8 +25,10 @@
 #      checks): every input of fuzz/corpus/ once, then a bounded run of
 #      fuzzing, in the default mode and in cautious mode,
 #  10. Windows (stage "windows"): cross builds with MinGW-w64 for x64 and
-#      x86 (freeway.dll, libfreeway.a, libfreeway-fw.a, freeway-redirect.dll
-#      and tests/windows), and the x64 tests under Wine, the redirection's
+#      x86 (freeway.dll, libfreeway.a, libfreeway-fw.a, freeway-redirect.dll,
+#      tests/windows, and the benchmark programs, each against the C runtime
+#      and against libfreeway.a: built, not run; bench/wine.py runs them),
+#      and the x64 tests under Wine, the redirection's
 #      against msvcrt and the UCRT (docs/windows.md; the x86 ones are built,
 #      not run: Debian's 32-bit Wine does not install beside the 64-bit
 #      system here). Its compilers and Wine are installed only when the
