@@ -270,8 +270,10 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
  * blocks of its class instead (heap.c, fw_heap_page_samples), and p goes
  * back to its page unseen: only frees of sampled blocks then take the slow
  * path in which the profiler forgets them, not those of every block that
- * shares a page with one. Blocks of a page with a flag already, of another
- * heap, and large ones stay where they are (their page is flagged). */
+ * shares a page with one. Blocks of a page with a flag already (every page
+ * in cautious mode and at the secure level, whose marks a move would have
+ * to keep), of another heap, and large ones stay where they are (their
+ * page is flagged). */
 static void *fw_prof_move(fw_heap_t *heap, void *p) {
   if (!p) return p;
   fw_page_t *page = fw_ptr_page(p);

@@ -407,6 +407,14 @@ class ProfileStress(unittest.TestCase):
         if out.returncode == 0:
             self.assertIn("Samples", out.stdout)
 
+    def test_stress_sampled_checked_modes(self):
+        # every page is flagged there: sampled blocks stay on their pages
+        for mode in ("FREEWAY_SECURE", "FREEWAY_CAUTIOUS"):
+            rep, _, _ = run({"FREEWAY_PROFILE": "1", "FREEWAY_PROFILE_RATE": "4096", mode: "1"}, lib=PROF_LIB,
+                            args=("stress",))
+            lines = {l["line"]: l["bytes"] for l in rep["stats"]["ledger"]}
+            self.assertEqual(lines["unaccounted"], 0, (mode, lines))
+
 
 class RssAgreement(unittest.TestCase):
     """The ledger against the OS: what obs_prog adds to the process's
