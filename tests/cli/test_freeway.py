@@ -696,6 +696,33 @@ class HelpersTest(unittest.TestCase):
         self.assertLess(out.index("  large "), out.index(" 112 B "))
         self.assertIn("the top 1 of 4", "\n".join(tool.render_top(b, a, 2, 2.0, 1)))
 
+    def test_top_activity(self):
+        """freeway top's activity: allocations and frees per second from the
+        counting flavour's counts, frees across threads and OS calls; a
+        report of libfreeway.so has no allocation counts and says why."""
+        tool = load_tool()
+        with open(fixture(os.path.join("real", "freeway-9926-stats.json"))) as f:
+            a = json.load(f)
+        a["counts"] = {"counting": True, "allocs": 1000, "frees": 900, "live_blocks": 100, "remote_frees": 10,
+                       "os_calls": {"map": 2, "unmap": 0, "purge": 4, "guard": 0, "huge_pages": 1}}
+        b = json.loads(json.dumps(a))
+        b["time_ms"] = a["time_ms"] + 2000
+        b["counts"].update(allocs=5000, frees=4400, remote_frees=30)
+        b["counts"]["os_calls"]["purge"] = 10
+        for r in (a, b):
+            r["_got"], r["_pid"], r["_name"] = 0.0, 9926, "prog"
+        first = "\n".join(tool.render_top(a, None, 1, 2.0, 8))
+        self.assertRegex(first, r"(?m)^  allocations +1000 *$")
+        out = "\n".join(tool.render_top(b, a, 2, 2.0, 8))
+        self.assertRegex(out, r"(?m)^  allocations +5000 +2000/s$")
+        self.assertRegex(out, r"(?m)^  frees +4400 +1750/s$")
+        self.assertRegex(out, r"(?m)^  frees across threads +30 +10/s$")
+        self.assertRegex(out, r"(?m)^  OS calls +13 \(map 2, purge 10, huge_pages 1\) +3/s$")
+        b["counts"] = {"counting": False, "live_blocks": 100, "remote_frees": 30, "os_calls": {"map": 2}}
+        plain = "\n".join(tool.render_top(b, None, 1, 2.0, 8))
+        self.assertIn("counting flavour", plain)
+        self.assertNotRegex(plain, r"(?m)^  allocations")
+
 
 def compiler():
     cc = os.environ.get("FWT_CC") or "cc"
