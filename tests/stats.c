@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 
 /* ---- fw_stats_get -------------------------------------------------------------- */
 static pthread_barrier_t hold;
@@ -276,6 +278,59 @@ static void t_ledger_slot0(void) {
   }
 }
 
+/* The reports walk other threads' pages, remote lists and delayed lists
+ * without a lock: while four threads allocate, free and hand blocks to
+ * each other (some into full pages, some large), the reports must neither
+ * crash nor stop anything, however their figures come out. */
+#define RC_THREADS 4
+#define RC_SLOTS 512
+static void *_Atomic rc_inbox[RC_THREADS][RC_SLOTS];
+static atomic_int rc_stop;
+
+static void *rc_thread(void *arg) {
+  int me = (int)(intptr_t)arg, next = (me + 1) % RC_THREADS;
+  uint32_t rng = 2654435761u * (uint32_t)(me + 1);
+  void *ring[128] = {0};
+  for (unsigned op = 0; !atomic_load(&rc_stop); op++) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    size_t size = (rng & 0x3ff) == 0 ? 300000 : 16 + (rng >> 8) % ((rng & 2) ? 512 : 9000);
+    unsigned slot = (rng >> 4) & 127;
+    if (ring[slot]) {
+      if (rng & 1) X.free(atomic_exchange(&rc_inbox[next][op % RC_SLOTS], ring[slot]));
+      else X.free(ring[slot]);
+    }
+    ring[slot] = X.malloc(size);
+    CHECK(ring[slot] != NULL);
+    memset(ring[slot], me, size < 32 ? size : 32);
+    X.free(atomic_exchange(&rc_inbox[me][op % RC_SLOTS], NULL));
+  }
+  for (int i = 0; i < 128; i++) X.free(ring[i]);
+  return NULL;
+}
+
+static void t_reports_concurrent(void) {
+  int fd = open("/dev/null", O_WRONLY);
+  CHECK(fd >= 0);
+  atomic_store(&rc_stop, 0);
+  pthread_t t[RC_THREADS];
+  for (int i = 0; i < RC_THREADS; i++) CHECK(pthread_create(&t[i], NULL, rc_thread, (void *)(intptr_t)i) == 0);
+  for (int round = 0; round < 300; round++) {
+    X.stats_print_json(fd);
+    X.stats_print(fd);
+    X.heap_map_json(fd);
+    X.leak_report_json(fd);
+  }
+  atomic_store(&rc_stop, 1);
+  for (int i = 0; i < RC_THREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < RC_THREADS; i++)
+    for (int j = 0; j < RC_SLOTS; j++) X.free(atomic_exchange(&rc_inbox[i][j], NULL));
+  close(fd);
+  /* at rest the walk explains every byte again */
+  CHECKF(unaccounted_now() == 0, "unaccounted bytes after the threads stopped");
+}
+
 /* ---- options ------------------------------------------------------------------- */
 static void t_options(void) {
   errno = 0;
@@ -354,6 +409,7 @@ static const fwt_section sections[] = {
   {"print", t_print},
   {"reports_reused", t_reports_reused},
   {"ledger_slot0", t_ledger_slot0},
+  {"reports_concurrent", t_reports_concurrent},
   {"options", t_options},
   {"_options_env", t_options_env},
   {"version", t_version},
