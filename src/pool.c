@@ -88,6 +88,7 @@
  */
 #include "freeway.h"
 #include "os.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -439,6 +440,14 @@ static void pool_cache_rebase(pool_cache_t *c) {
   store_relaxed(&c->count_min, count);
 }
 
+/* The process's ledger (survey.c) shows what pools hold: their slabs'
+ * bytes, and of those the bytes of live objects, which move with the
+ * pools' folded counts (so, like them, at batch granularity). Unsigned
+ * wrap-around makes a fall an add. */
+static void pool_count_live(const fw_pool_t *pool, intptr_t objects) {
+  fw_stat_add(pool_live_bytes, (size_t)objects * pool->object_size);
+}
+
 /* Moves a thread's counts of the current interval into the pool's, before
  * its lists change other than by an allocation or a free. Owner thread only. */
 static void pool_cache_fold(fw_pool_t *pool, pool_cache_t *c) {
@@ -447,6 +456,7 @@ static void pool_cache_fold(fw_pool_t *pool, pool_cache_t *c) {
   intptr_t net = base - spare - (intptr_t)load_relaxed(&c->count);
   intptr_t max = base - spare - (intptr_t)load_relaxed(&c->count_min);
   if (net != 0 || max > 0) {
+    pool_count_live(pool, net);
     intptr_t before = atomic_fetch_add_explicit(&pool->live, net, memory_order_relaxed);
     pool_peak_raise(pool, before + max);
   }
@@ -532,10 +542,12 @@ static pool_slab_t *pool_slab_new(fw_pool_t *pool) {
     fw_free(slab);
     return NULL;
   }
+  fw_stat_add(pool_slab_bytes, pool->slab_size);
   return slab;
 }
 
 static void pool_slab_delete(fw_pool_t *pool, pool_slab_t *slab, bool entered) {
+  fw_stat_sub(pool_slab_bytes, pool->slab_size);
   if (entered)
     pool_map_set(slab->base, pool->slab_size, NULL);
   fw_free_aligned_sized(slab->base, POOL_CHUNK, pool->slab_size);
@@ -797,6 +809,7 @@ static void *pool_alloc_direct(fw_pool_t *pool) {
   p = pool_hand_out(pool, p, next);
   if (next != NULL)
     pool_shard_push(&pool->shards[home & pool->shard_mask], next, b.count - 1, true);
+  pool_count_live(pool, 1);
   intptr_t before = atomic_fetch_add_explicit(&pool->live, 1, memory_order_relaxed);
   pool_peak_raise(pool, before + 1);
   return p;
@@ -805,6 +818,7 @@ static void *pool_alloc_direct(fw_pool_t *pool) {
 static void pool_free_direct(fw_pool_t *pool, void *p) {
   *pool_link(p) = NULL;
   pool_shard_push(&pool->shards[pool_home() & pool->shard_mask], p, 1, true);
+  pool_count_live(pool, -1);
   atomic_fetch_sub_explicit(&pool->live, 1, memory_order_relaxed);
 }
 
@@ -1068,6 +1082,8 @@ FW_API void fw_pool_destroy(fw_pool_t *pool) {
     if (pool->id < t->cap)
       t->caches[pool->id].chunk = UINTPTR_MAX;
   fw_lock_release(&pool_reg_lock);
+  /* its objects go with it, those still folded in as live too */
+  pool_count_live(pool, -atomic_load_explicit(&pool->live, memory_order_relaxed));
 
   pool_slab_t *slab = pool->slabs;
   while (slab != NULL) {

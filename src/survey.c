@@ -356,6 +356,17 @@ static void fw_json_head(fw_out_t *o, const char *format) {
 
 #define FW_LOAD(name) atomic_load_explicit(&fw_stat_##name, memory_order_relaxed)
 
+/* What object pools hold (pool.c counts it): their slabs are blocks of the
+ * live lines; of their bytes, those of live objects and those of free
+ * objects waiting in the pools' caches. The live count moves at batch
+ * granularity, so it is clamped to the slabs. */
+static void fw_survey_pools(size_t *slabs, size_t *live, size_t *cached) {
+  *slabs = FW_LOAD(pool_slab_bytes);
+  *live = FW_LOAD(pool_live_bytes);
+  if (*live > *slabs) *live = (intptr_t)*live < 0 ? 0 : *slabs;
+  *cached = *slabs - *live;
+}
+
 static const char *const fw_osc_names[FW_OSC_COUNT] = {"map", "unmap", "purge", "guard", "huge_pages"};
 
 /* The counts: blocks handed out and freed (the counting flavour only: the
@@ -378,6 +389,10 @@ static void fw_survey_counts_json(fw_out_t *o, const fw_survey_t *sv) {
     fw_out_printf(o, "%s\"%s\": %llu", i ? ", " : "", fw_osc_names[i],
                   (unsigned long long)atomic_load_explicit(&fw_os_calls[i], memory_order_relaxed));
   fw_out_printf(o, "}},");
+  size_t slabs, pool_live, cached;
+  fw_survey_pools(&slabs, &pool_live, &cached);
+  fw_out_printf(o, "\n \"pools\": {\"slab_bytes\": %zu, \"live_bytes\": %zu, \"cached_bytes\": %zu},", slabs,
+                pool_live, cached);
 }
 
 void fw_stats_print_json(int fd) {
@@ -483,6 +498,16 @@ void fw_stats_print(int fd) {
   for (int i = 0; i < FW_OSC_COUNT; i++)
     fw_out_printf(&o, " %s %llu", fw_osc_names[i],
                   (unsigned long long)atomic_load_explicit(&fw_os_calls[i], memory_order_relaxed));
+  size_t pslabs, plive, pcached;
+  fw_survey_pools(&pslabs, &plive, &pcached);
+  if (pslabs) {
+    char c[32];
+    fw_size_text(a, sizeof a, pslabs);
+    fw_size_text(b, sizeof b, plive);
+    fw_size_text(c, sizeof c, pcached);
+    fw_out_printf(&o, "\n  object pools: slabs %s (in the live lines above), live objects %s, free objects in the "
+                  "pools' caches %s", a, b, c);
+  }
   fw_out_printf(&o, "\n  %10s %8s %12s %12s %14s %6s", "block size", "pages", "blocks", "live", "live bytes", "fill");
   if (fw_flavour_profiling) fw_out_printf(&o, " %14s %14s", "allocations", "frees");
   fw_out_printf(&o, "\n");

@@ -367,12 +367,15 @@ class ReportTest(unittest.TestCase):
                                 segments_adopted_total=3)
             r["counts"] = {"counting": True, "allocs": 1, "frees": 1, "live_blocks": 0, "remote_frees": 77,
                            "os_calls": {"map": 5, "unmap": 2, "purge": 9, "guard": 0, "huge_pages": 1}}
+            r["pools"] = {"slab_bytes": 1 << 20, "live_bytes": 3 << 18, "cached_bytes": 1 << 18}
         out = self.report(self.variant("stats.json", counted))
         self.assertRegex(out, r"16 B +2 +8192 +4096 +64\.0 KiB +50\.0% +4196 +100")
         self.assertRegex(out, r"peak committed +16\.0 MiB")
         self.assertRegex(out, r"peak rss +6\.0 MiB")
         self.assertIn("frees across threads 77; OS calls: map 5, unmap 2, purge 9, guard 0, huge_pages 1", out)
         self.assertIn("segments abandoned by exiting threads 4, adopted 3", out)
+        self.assertIn("object pools: slabs 1.0 MiB (in the live lines), live objects 768.0 KiB, free objects in the "
+                      "pools' caches 256.0 KiB", out)
         self.assertRegex(out, r"33 +7000 +500")
         self.assertNotIn("counting flavour", out)
         # the default library's report: no counts, and a word on where to get them

@@ -16,7 +16,9 @@
  * frees for the allocating thread to take in (it allocates no more of that
  * size). With "stress", four threads allocate and free random sizes, a
  * quarter of them freed by the next thread, before the blocks above. With
- * "idle" it allocates nothing (the baseline of the process's memory). */
+ * "idle" it allocates nothing (the baseline of the process's memory). With
+ * "pool" it also takes 5000 objects of 200 bytes from an object pool
+ * (fw_pool_new, found at run time) and gives 2000 of them back. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -102,6 +104,21 @@ __attribute__((noinline)) void *site_heap(void *(*heap_malloc)(void *, size_t), 
   return p;
 }
 
+static int object_pool(void) {
+  void *(*pool_new)(size_t, size_t, const void *) =
+      (void *(*)(size_t, size_t, const void *))dlsym(RTLD_DEFAULT, "fw_pool_new");
+  void *(*pool_alloc)(void *) = (void *(*)(void *))dlsym(RTLD_DEFAULT, "fw_pool_alloc");
+  void (*pool_free)(void *, void *) = (void (*)(void *, void *))dlsym(RTLD_DEFAULT, "fw_pool_free");
+  if (!pool_new || !pool_alloc || !pool_free) return 1;
+  void *pool = pool_new(200, 0, NULL);
+  if (!pool) return 1;
+  static void *objs[5000];
+  for (int i = 0; i < 5000; i++)
+    if (!(objs[i] = pool_alloc(pool))) return 1;
+  for (int i = 0; i < 2000; i++) pool_free(pool, objs[i]);
+  return 0;
+}
+
 static int user_heap(void) {
   void *(*heap_new)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "fw_heap_new");
   void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "fw_heap_malloc");
@@ -156,6 +173,7 @@ int main(int argc, char **argv) {
   memset(keep[2 * N_SMALL + N_THREAD], 4, 300000);
   memset(keep[2 * N_SMALL + N_THREAD + 1], 5, 3u << 20);
   if (strcmp(mode, "heap") == 0 && user_heap() != 0) return 1;
+  if (strcmp(mode, "pool") == 0 && object_pool() != 0) return 1;
   if (strcmp(mode, "counts") == 0) {
     for (int i = 0; i < N_CROSS; i++)
       if (!(cross[i] = malloc(5000))) return 1;
