@@ -90,22 +90,7 @@ bool fw_os_guard(void *p, size_t size, bool guard) {
  * the memory reads as zero afterwards, which calloc relies on. It does not
  * split mappings, so purging keeps vm.max_map_count safe. It fails on locked
  * memory (mlock, mlockall): then nothing is zeroed and the caller is told. */
-bool fw_os_purge(void *p, size_t size) {
-  if (!size) return true;
-  fw_os_count(FW_OSC_PURGE);
-  size_t page = fw_os_page_size();
-  uintptr_t start = (uintptr_t)p, end = start + size;
-  uintptr_t in_start = fw_align_up(start, page), in_end = fw_align_down(end, page);
-  if (in_start < in_end) {
-    if (madvise((void *)in_start, in_end - in_start, MADV_DONTNEED) != 0) return false;
-  } else {
-    in_start = in_end = end;
-  }
-  /* the partial pages at the ends are shared with memory still in use */
-  if (in_start > start) memset(p, 0, in_start - start);
-  if (end > in_end && in_end >= in_start) memset((void *)in_end, 0, end - in_end);
-  return true;
-}
+bool fw_os_purge_pages(void *p, size_t size) { return madvise(p, size, MADV_DONTNEED) == 0; }
 
 /* 0 not known yet, 1 huge pages can be had, 2 not (THP compiled out, or
  * set to "never": the advice would be taken and ignored). Read once, at the

@@ -116,6 +116,9 @@ FW_INLINE void fw_os_count(int kind) { atomic_fetch_add_explicit(&fw_os_calls[ki
  * memory, mlockall, a kernel that refuses), the contents are unchanged and
  * the memory stays resident: the caller must keep treating it as dirty. */
 FW_HIDDEN bool fw_os_purge(void *p, size_t size);
+/* The platform's part of fw_os_purge (os_purge.c does the rest): whole OS
+ * pages, [p, p + size) page-aligned and not empty; the same contract. */
+FW_HIDDEN bool fw_os_purge_pages(void *p, size_t size);
 /* Asks the kernel to back the range with transparent huge pages (2 MiB, one
  * page fault each, taken at the first touch of a huge page's range) or not
  * to. False if it refused (no THP support): nothing changed. Splits the

@@ -194,22 +194,10 @@ static bool fw_purge_piece(uint8_t *at, size_t n, const MEMORY_BASIC_INFORMATION
   return true;
 }
 
-bool fw_os_purge(void *p, size_t size) {
-  if (!size) return true;
-  fw_os_count(FW_OSC_PURGE);
-  size_t page = fw_os_page_size();
-  uintptr_t start = (uintptr_t)p, end = start + size;
-  uintptr_t in_start = fw_align_up(start, page), in_end = fw_align_down(end, page);
-  if (in_start < in_end) {
-    /* all of it committed first, so that a refusal leaves it as it was */
-    if (!fw_each_region((void *)in_start, in_end - in_start, fw_committed_piece, NULL)) return false;
-    if (!fw_each_region((void *)in_start, in_end - in_start, fw_purge_piece, NULL)) return false;
-  } else {
-    in_start = in_end = end;
-  }
-  if (in_start > start) memset(p, 0, in_start - start);
-  if (end > in_end && in_end >= in_start) memset((void *)in_end, 0, end - in_end);
-  return true;
+bool fw_os_purge_pages(void *p, size_t size) {
+  /* all of it committed first, so that a refusal leaves it as it was */
+  if (!fw_each_region(p, size, fw_committed_piece, NULL)) return false;
+  return fw_each_region(p, size, fw_purge_piece, NULL);
 }
 
 bool fw_os_thp(void *p, size_t size, bool huge) {

@@ -133,19 +133,6 @@ static void *fw_rd_expand(fw_rt_t *rt, void *p, size_t n) {
   return r;
 }
 
-/* The bytes past the old size come out as zero. */
-static void *fw_rd_recalloc(fw_rt_t *rt, void *p, size_t n, size_t size) {
-  size_t bytes;
-  if (__builtin_mul_overflow(n, size, &bytes)) {
-    fw_rt_errno(rt, ENOMEM);
-    return NULL;
-  }
-  size_t old = p ? fw_rd_msize(rt, p) : 0;
-  if (old == SIZE_MAX) old = 0;
-  void *r = fw_rd_realloc(rt, p, bytes);
-  if (r && bytes > old) memset((char *)r + old, 0, bytes - old);
-  return r;
-}
 
 static void *fw_rd_aligned_malloc(fw_rt_t *rt, size_t size, size_t align) {
   if (!fw_is_pow2(align)) {
@@ -207,17 +194,28 @@ static void *fw_rd_aligned_realloc(fw_rt_t *rt, void *p, size_t size, size_t ali
   return r;
 }
 
-static void *fw_rd_aligned_recalloc(fw_rt_t *rt, void *p, size_t n, size_t size, size_t align) {
+/* _recalloc and _aligned_recalloc (aligned: the latter, with align): n * size
+ * bytes, an overflow refused, and the bytes past the old size come out as
+ * zero. */
+static void *fw_rd_recalloc_ex(fw_rt_t *rt, void *p, size_t n, size_t size, bool aligned, size_t align) {
   size_t bytes;
   if (__builtin_mul_overflow(n, size, &bytes)) {
     fw_rt_errno(rt, ENOMEM);
     return NULL;
   }
-  size_t old = p ? fw_rd_aligned_usable(rt, p) : 0;
+  size_t old = !p ? 0 : aligned ? fw_rd_aligned_usable(rt, p) : fw_rd_msize(rt, p);
   if (old == SIZE_MAX) old = 0;
-  void *r = fw_rd_aligned_realloc(rt, p, bytes, align);
+  void *r = aligned ? fw_rd_aligned_realloc(rt, p, bytes, align) : fw_rd_realloc(rt, p, bytes);
   if (r && bytes > old) memset((char *)r + old, 0, bytes - old);
   return r;
+}
+
+static void *fw_rd_recalloc(fw_rt_t *rt, void *p, size_t n, size_t size) {
+  return fw_rd_recalloc_ex(rt, p, n, size, false, 0);
+}
+
+static void *fw_rd_aligned_recalloc(fw_rt_t *rt, void *p, size_t n, size_t size, size_t align) {
+  return fw_rd_recalloc_ex(rt, p, n, size, true, align);
 }
 
 /* msvcrt.dll's operator new: the new handler, then NULL (it does not

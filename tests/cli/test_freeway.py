@@ -732,6 +732,22 @@ def compiler():
     return shutil.which(cc)
 
 
+def build_program(name, source, *flags):
+    """Compiles source into a new temporary directory; returns (directory,
+    executable), or skips the test class if it does not build."""
+    tmp = tempfile.mkdtemp(prefix="fwt-cli-")
+    src = os.path.join(tmp, name + ".c")
+    with open(src, "w") as f:
+        f.write(source)
+    exe = os.path.join(tmp, name)
+    p = subprocess.run([compiler()] + list(flags) + ["-o", exe, src], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        shutil.rmtree(tmp)
+        raise unittest.SkipTest("cannot build the test program: %s" % p.stdout.decode()[-300:])
+    return tmp, exe
+
+
 LEAKY_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -883,16 +899,7 @@ class RealRunTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
-        src = os.path.join(cls.tmp, "hold.c")
-        with open(src, "w") as f:
-            f.write(HOLD_C)
-        cls.exe = os.path.join(cls.tmp, "hold")
-        p = subprocess.run([compiler(), "-g", "-O0", "-fno-omit-frame-pointer", "-o", cls.exe,
-                            src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if p.returncode != 0:
-            shutil.rmtree(cls.tmp)
-            raise unittest.SkipTest("cannot build the test program: %s" % p.stdout.decode()[-300:])
+        cls.tmp, cls.exe = build_program("hold", HOLD_C, "-g", "-O0", "-fno-omit-frame-pointer")
 
     @classmethod
     def tearDownClass(cls):
@@ -1210,16 +1217,7 @@ class TopTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="fwt-cli-")
-        src = os.path.join(cls.tmp, "top_hold.c")
-        with open(src, "w") as f:
-            f.write(TOP_C)
-        cls.exe = os.path.join(cls.tmp, "top_hold")
-        p = subprocess.run([compiler(), "-O1", "-o", cls.exe, src], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT)
-        if p.returncode != 0:
-            shutil.rmtree(cls.tmp)
-            raise unittest.SkipTest("cannot build the test program: %s" % p.stdout.decode()[-300:])
+        cls.tmp, cls.exe = build_program("top_hold", TOP_C, "-O1")
 
     @classmethod
     def tearDownClass(cls):
