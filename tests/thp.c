@@ -1,9 +1,10 @@
 /* thp.c — transparent huge pages (FREEWAY_THP), read from the advice the
  * kernel keeps for each mapping (the "hg" and "nh" flags of
  * /proc/self/smaps), which does not depend on huge pages being free:
- *   advice:  a thread that has filled two segments of small blocks gets
- *            huge pages for the next ones; its first ones stay on 4 KiB
- *            pages, so a small heap's RSS tracks its use;
+ *   advice:  a thread that has filled a segment of small blocks gets
+ *            huge pages for the next ones; its first one stays on 4 KiB
+ *            pages, and a thread with less than that gets none, so a
+ *            small heap's RSS tracks its use;
  *   medium:  blocks of medium pages (8-128 KiB) never get them, however
  *            many: a calloc'd block left untouched must stay out of RSS;
  *   split:   a burst in huge pages, freed but for one block per 2 MiB and
@@ -125,13 +126,45 @@ static void *advice_thread(void *arg) {
          "the first segment of a thread asks for huge pages: flags [%s]", first);
   CHECKF(has_flag(last, "hg"), "a thread with %zu MiB of small blocks got no huge pages: flags [%s]", burst / MiB,
          last);
+  /* the second segment: taken once the first was full */
+  const uintptr_t seg_mask = 4 * MiB - 1, first_seg = (uintptr_t)r.v[0] & ~seg_mask;
+  const char *second = NULL;
+  for (size_t i = 0; i < r.n && !second; i++)
+    if (((uintptr_t)r.v[i] & ~seg_mask) != first_seg) second = r.v[i];
+  CHECKF(second != NULL, "%zu MiB of small blocks all in one segment", burst / MiB);
+  char fl[512];
+  vma_flags(second, fl, sizeof fl);
+  CHECKF(has_flag(fl, "hg"), "the segment a thread takes after filling its first asks for no huge pages: "
+         "block %p, flags [%s]", (const void *)second, fl);
   release(&r);
+  return NULL;
+}
+
+/* Less than a segment of small blocks: 4 KiB pages only. */
+static void *advice_small_thread(void *arg) {
+  (void)arg;
+  enum { N = 3072 };  /* 3 MiB of 1 KiB blocks */
+  static char *v[N];
+  for (size_t i = 0; i < N; i++) {
+    v[i] = A.malloc(1024);
+    CHECK(v[i] != NULL);
+    memset(v[i], 1, 1024);
+  }
+  for (size_t i = 0; i < N; i++) {
+    char flags[512];
+    vma_flags(v[i], flags, sizeof flags);
+    CHECKF(!has_flag(flags, "hg"), "a thread with 3 MiB of small blocks got huge pages: block %zu at %p, flags [%s]",
+           i, (void *)v[i], flags);
+    i += 255;  /* a block per 256 KiB: smaps is read whole each time */
+  }
+  for (size_t i = 0; i < N; i++) A.free(v[i]);
   return NULL;
 }
 
 static void t_advice(void) {
   need_thp(2);
   on_thread(advice_thread);
+  on_thread(advice_small_thread);
 }
 
 static void *medium_thread(void *arg) {
