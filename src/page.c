@@ -209,6 +209,8 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->used = 0;
   page->aligned_live = 0;
   page->adopted = 0;
+  page->prof_side = 0;
+  atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);

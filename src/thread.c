@@ -90,7 +90,13 @@ static fw_heap_t *fw_thread_setup(void) {
   if (fresh) tld = fw_meta_alloc(sizeof(fw_tld_t));
   if (!tld) return NULL;
   fw_tld_t *all_next = tld->all_next;
+  void *prof_cache = tld->prof_cache;
   memset(tld, 0, sizeof *tld);
+  if (prof_cache) {
+    /* another thread's walks: they name its stack */
+    fw_prof_cache_reset(prof_cache);
+    tld->prof_cache = prof_cache;
+  }
   if (fresh) {
     fw_tld_t *head = atomic_load_explicit(&fw_tld_all, memory_order_relaxed);
     do tld->all_next = head;
