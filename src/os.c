@@ -682,8 +682,8 @@ FW_INLINE void fw_trace_word(fw_trace_t *t, uintptr_t at, uintptr_t v) {
     t->keep = false;
     return;
   }
-  w->at[w->nreads] = at;
-  w->val[w->nreads++] = v;
+  w->rd[w->nreads].at = at;
+  w->rd[w->nreads++].val = v;
 }
 FW_INLINE void fw_trace_bp_used(fw_trace_t *t, uintptr_t bp) {
   if (!t || !t->bp_pending) return;
@@ -783,7 +783,7 @@ FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t ski
     fw_bt_walk_t *w = &ways[k];
     if (w->sp != sp || w->pc != pc || (w->bp_used && w->bp != bp)) continue;
     uint32_t i = 0;
-    while (i < w->nreads && fw_stack_word(w->at[i]) == w->val[i]) i++;
+    while (i < w->nreads && fw_stack_word(w->rd[i].at) == w->rd[i].val) i++;
     if (i < w->nreads) continue;
     c->turn = (c->turn & ~(1u << set)) | (k ^ 1u) << set;  /* the other way goes first */
     return w;

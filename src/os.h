@@ -204,7 +204,9 @@ typedef struct {
   uint32_t nreads, npcs;
   uint32_t bp_used;       /* whether a step used the starting bp */
   uint32_t tag;           /* the caller's, for this stack (0 when new) */
-  uintptr_t at[FW_BT_READS], val[FW_BT_READS];
+  struct {
+    uintptr_t at, val;    /* side by side: a check reads both */
+  } rd[FW_BT_READS];
   uintptr_t pcs[FW_BT_FRAMES];
 } fw_bt_walk_t;
 typedef struct {

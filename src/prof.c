@@ -35,9 +35,8 @@
  *     blocks. Only samples that stay in an ordinary page (calloc, realloc,
  *     the aligned forms, user heaps) go to a table keyed by block address,
  *     under the lock.
- * A record keeps the site's number and the size asked for: what the sample
- * stands for is a function of the size alone (fw_prof_weight), worked out
- * the same way at the free, so the in-use counts come back to exactly 0.
+ * A record keeps the site's number, the size asked for and the objects the
+ * sample stands for, so that its free takes away exactly what it added.
  *
  * Forgetting the samples. A page holding a sampled block carries
  * FW_PF_SAMPLED, which fails the free fast path's one compare: frees from
@@ -90,20 +89,16 @@ typedef struct {
   uintptr_t block; /* 0: empty; 1: deleted */
   uint32_t site;
   size_t size;
+  int64_t objects; /* what it stands for, << FW_OBJ_SHIFT */
 } fw_sample_rec_t;
 
 /* The record of a block of a page of sampled blocks, after the blocks. */
 typedef struct {
   uint32_t site; /* 0: none (not sampled, or freed) */
   uint32_t size;
+  int64_t objects;
 } fw_side_t;
 _Static_assert(sizeof(fw_side_t) == FW_PROF_SIDE, "side record size");
-
-/* What a sample of some size stands for. */
-typedef struct {
-  int64_t objects; /* << FW_OBJ_SHIFT */
-  int64_t space;
-} fw_weight_t;
 
 /* The thread's (tld->prof_cache). */
 #define FW_MEMO 32
@@ -111,7 +106,7 @@ typedef struct {
   fw_bt_cache_t walks;
   struct {
     size_t key; /* size + 1; 0: empty */
-    fw_weight_t w;
+    int64_t objects;
   } memo[FW_MEMO];
 } fw_prof_cache_t;
 
@@ -211,22 +206,28 @@ static intptr_t fw_prof_interval(fw_heap_t *heap) {
 }
 
 /* What a sample of size bytes stands for: 1 / P(an allocation of this
- * size is sampled) allocations. One copy of the code, not inlined, so that
- * the sample and its free (in any thread) round it the same way. */
-static FW_NOINLINE fw_weight_t fw_prof_weight(size_t size) {
+ * size is sampled) allocations, in 1/65536ths. */
+static int64_t fw_prof_weight(size_t size) {
   double s = size ? (double)size : 1, prob = 1 - fw_exp_neg(s / fw_prof_rate);
   double objects = prob > 0 ? 1 / prob : 1;
-  return (fw_weight_t){(int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5), (int64_t)(objects * s + 0.5)};
+  return (int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5);
 }
 
-static fw_weight_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
-  if (!c) return fw_prof_weight(size);
+static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
   size_t i = (size_t)(((uint64_t)size * 0x9e3779b97f4a7c15u) >> 59) & (FW_MEMO - 1);
   if (c->memo[i].key != size + 1) {
-    c->memo[i].w = fw_prof_weight(size);
+    c->memo[i].objects = fw_prof_weight(size);
     c->memo[i].key = size + 1;
   }
-  return c->memo[i].w;
+  return c->memo[i].objects;
+}
+
+/* The bytes a sample stands for. Worked out from what its record keeps,
+ * by one copy of the code (not inlined), so that the sample and its free,
+ * in any thread, round them the same way and the in-use bytes come back
+ * to exactly 0. */
+static FW_NOINLINE int64_t fw_prof_space(int64_t objects, size_t size) {
+  return (int64_t)((double)objects * (double)(size ? size : 1) * (1.0 / (1 << FW_OBJ_SHIFT)) + 0.5);
 }
 
 void fw_prof_init(void) {
@@ -251,14 +252,17 @@ static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
   fw_tld_t *tld = heap->tld;
   fw_prof_cache_t *c = tld->prof_cache;
   if (fw_likely(c != NULL)) return c;
+  /* fresh from the OS, so zero: nothing is written until used, as a
+   * first touch costs a page fault */
   c = fw_os_map(sizeof *c, 0, 0);
   if (!c) return NULL;
-  memset(c, 0, sizeof *c);
   tld->prof_cache = c;
   return c;
 }
 
-/* ---- the sites ------------------------------------------------------------------ */
+/* ---- the sites ------------------------------------------------------------------
+ * Tables come from fw_os_map, fresh and reading as zero: they are not
+ * cleared, so that only the pages used are ever touched. */
 
 static uint64_t fw_mix(uint64_t h) {
   h ^= h >> 33;
@@ -298,7 +302,6 @@ static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t) {
   size_t cap = t ? 2 * t->cap : 1024;
   fw_site_table_t *nt = fw_os_map(sizeof *nt + cap * sizeof nt->slot[0], 0, 0);
   if (!nt) return NULL;
-  memset(nt, 0, sizeof *nt + cap * sizeof nt->slot[0]);
   nt->cap = cap;
   nt->older = t;
   for (uint32_t i = 1; i <= fw_sites_n; i++) fw_site_place(nt, fw_site_at(i)->hash, i);
@@ -324,10 +327,8 @@ static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
     fw_site_t *chunk = atomic_load_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], memory_order_relaxed);
     if (t && !chunk) {
       chunk = fw_os_map(FW_SITE_CHUNK * sizeof *chunk, 0, 0);
-      if (chunk) {
-        memset(chunk, 0, FW_SITE_CHUNK * sizeof *chunk);
+      if (chunk)
         atomic_store_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], chunk, memory_order_release);
-      }
     }
     if (t && chunk) {
       fw_site_t *s = &chunk[k & (FW_SITE_CHUNK - 1)];
@@ -364,7 +365,6 @@ static bool fw_prof_grow_samples(void) {
   if (fw_samples_cap && fw_samples_live * 4 < fw_samples_cap) cap = fw_samples_cap;
   fw_sample_rec_t *t = fw_os_map(cap * sizeof *t, 0, 0);
   if (!t) return false;
-  memset(t, 0, cap * sizeof *t);
   for (size_t i = 0; i < fw_samples_cap; i++) {
     if (fw_samples[i].block <= 1) continue;
     size_t j = fw_mix(fw_samples[i].block) & (cap - 1);
@@ -378,14 +378,14 @@ static bool fw_prof_grow_samples(void) {
   return true;
 }
 
-static bool fw_prof_table_put(uintptr_t block, uint32_t site, size_t size) {
+static bool fw_prof_table_put(uintptr_t block, uint32_t site, size_t size, int64_t objects) {
   bool ok = false;
   fw_lock_acquire(&fw_prof_lock);
   if ((fw_samples_used + 1) * 2 <= fw_samples_cap || fw_prof_grow_samples()) {
     size_t j = fw_mix(block) & (fw_samples_cap - 1);
     while (fw_samples[j].block > 1) j = (j + 1) & (fw_samples_cap - 1);
     if (!fw_samples[j].block) fw_samples_used++;
-    fw_samples[j] = (fw_sample_rec_t){block, site, size};
+    fw_samples[j] = (fw_sample_rec_t){block, site, size, objects};
     fw_samples_live++;
     ok = true;
   }
@@ -394,7 +394,7 @@ static bool fw_prof_table_put(uintptr_t block, uint32_t site, size_t size) {
 }
 
 /* The sample of block, taken out of the table: its site, or 0. */
-static uint32_t fw_prof_table_take(uintptr_t block, size_t *size) {
+static uint32_t fw_prof_table_take(uintptr_t block, size_t *size, int64_t *objects) {
   uint32_t site = 0;
   fw_lock_acquire(&fw_prof_lock);
   if (fw_samples_cap) {
@@ -403,6 +403,7 @@ static uint32_t fw_prof_table_take(uintptr_t block, size_t *size) {
       if (fw_samples[j].block != block) continue;
       site = fw_samples[j].site;
       *size = fw_samples[j].size;
+      *objects = fw_samples[j].objects;
       fw_samples[j].block = 1;
       fw_samples_live--;
       break;
@@ -450,13 +451,12 @@ static void fw_prof_dump_growth(unsigned n) {
   if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
 }
 
-static void fw_prof_forget(uint32_t site, size_t size) {
-  fw_heap_t *heap = FW_TLS(fw_tls_heap);
-  fw_weight_t w = fw_prof_weigh(heap != &fw_heap_empty ? heap->tld->prof_cache : NULL, size);
+static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
+  int64_t space = fw_prof_space(objects, size);
   fw_site_t *st = fw_site_at(site);
-  atomic_fetch_add_explicit(&st->freed_objects, w.objects, memory_order_relaxed);
-  atomic_fetch_add_explicit(&st->freed_space, w.space, memory_order_relaxed);
-  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, w.space, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->freed_objects, objects, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->freed_space, space, memory_order_relaxed);
+  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
 }
 
 static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
@@ -464,29 +464,31 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   fw_prof_cache_t *c = fw_prof_cache_of(heap);
   uint32_t site = fw_prof_site_here(c);
   if (!site) return;
+  int64_t objects = c ? fw_prof_weigh(c, size) : fw_prof_weight(size);
   fw_page_t *page = fw_ptr_page(p);
   /* the page is the caller's: it was just allocated from */
   if (page->kind == FW_KIND_LARGE) {
     page->prof_size = size;
+    page->prof_objects = objects;
     atomic_store_explicit(&page->sampled_at, site, memory_order_relaxed);
     atomic_store_explicit(&page->sampled, 1, memory_order_relaxed);
   } else {
     uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
     if (page->prof_side) {
-      *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size};
-    } else if (!fw_prof_table_put(block, site, size)) {
+      *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
+    } else if (!fw_prof_table_put(block, site, size, objects)) {
       return;
     }
     fw_prof_count(page, (uint32_t)(block - (uintptr_t)page->area));
   }
   /* the page's frees now come here: the flag fails the free fast path */
   if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
-  fw_weight_t w = fw_prof_weigh(c, size);
+  int64_t space = fw_prof_space(objects, size);
   fw_site_t *st = fw_site_at(site);
-  atomic_fetch_add_explicit(&st->alloc_objects, w.objects, memory_order_relaxed);
-  atomic_fetch_add_explicit(&st->alloc_space, w.space, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->alloc_objects, objects, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->alloc_space, space, memory_order_relaxed);
   if (fw_prof_growth) {
-    int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, w.space, memory_order_relaxed) + w.space;
+    int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
     int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
     if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
                                                                memory_order_relaxed, memory_order_relaxed))
@@ -553,21 +555,20 @@ void fw_prof_account(void *p, size_t size) {
 void fw_prof_free(fw_page_t *page, const void *b) {
   uint32_t site = 0;
   size_t size = 0;
+  int64_t objects = 0;
   if (page->kind == FW_KIND_LARGE) {
     /* one block: the record is the page's */
     if (atomic_load_explicit(&page->sampled, memory_order_relaxed)) {
-      site = atomic_load_explicit(&page->sampled_at, memory_order_relaxed);
-      size = page->prof_size;
       atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
-      fw_prof_forget(site, size);
+      fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size,
+                     page->prof_objects);
     }
   } else if (page->prof_side) {
     fw_side_t *r = fw_prof_side(page, (uintptr_t)b);
     if (r->site) {
       site = r->site;
-      size = r->size;
       r->site = 0;
-      fw_prof_forget(site, size);
+      fw_prof_forget(site, r->size, r->objects);
       fw_prof_uncount(page);
     }
   } else {
@@ -576,8 +577,8 @@ void fw_prof_free(fw_page_t *page, const void *b) {
     uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
     if (n == 1 && (uintptr_t)b - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed))
       return;
-    if (n && (site = fw_prof_table_take((uintptr_t)b, &size)) != 0) {
-      fw_prof_forget(site, size);
+    if (n && (site = fw_prof_table_take((uintptr_t)b, &size, &objects)) != 0) {
+      fw_prof_forget(site, size, objects);
       fw_prof_uncount(page);
     }
   }
@@ -594,7 +595,7 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     if (r->block <= 1) continue;
     fw_page_t *page = fw_ptr_page((void *)r->block);
     if (atomic_load_explicit(&page->heap, memory_order_relaxed) != heap) continue;
-    fw_prof_forget(r->site, r->size);
+    fw_prof_forget(r->site, r->size, r->objects);
     r->block = 1;
     fw_samples_live--;
     fw_prof_uncount(page);
@@ -606,14 +607,15 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     for (fw_page_t *pg = q->first; pg; pg = pg->next) {
       if (pg->kind == FW_KIND_LARGE) {
         if (atomic_load_explicit(&pg->sampled, memory_order_relaxed)) {
-          fw_prof_forget(atomic_load_explicit(&pg->sampled_at, memory_order_relaxed), pg->prof_size);
+          fw_prof_forget(atomic_load_explicit(&pg->sampled_at, memory_order_relaxed), pg->prof_size,
+                         pg->prof_objects);
           atomic_store_explicit(&pg->sampled, 0, memory_order_relaxed);
         }
       } else if (pg->prof_side) {
         fw_side_t *r = fw_prof_side(pg, (uintptr_t)pg->area);
         for (uint32_t i = 0; i < pg->capacity; i++) {
           if (!r[i].site) continue;
-          fw_prof_forget(r[i].site, r[i].size);
+          fw_prof_forget(r[i].site, r[i].size, r[i].objects);
           r[i].site = 0;
           fw_prof_uncount(pg);
         }

@@ -43,7 +43,7 @@ enum {
 };
 /* Bytes after the blocks of a page of sampled blocks (FW_PF_SAMPLES) for
  * each block: the heap profiler's record of it (prof.c). */
-#define FW_PROF_SIDE 8
+#define FW_PROF_SIDE 16
 
 /* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block).
  *   SMALL   64 pages of one 64 KiB slice, blocks up to FW_SMALL_MAX (8 KiB)
@@ -87,8 +87,12 @@ struct fw_page_s {
                                     sampled blocks, or one that was (prof.c) */
       uint32_t aligned_live;     /* FW_PF_ALIGNED: interior blocks handed out and not
                                     yet freed by the owner (the flag goes with the last) */
-      uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed
+      union {
+        uint8_t *fresh;          /* blocks > FW_DIRECT_MAX: from here on never handed
                                     out (zero but for the link word if is_zero) */
+        int64_t prof_objects;    /* FW_KIND_LARGE: what its block's sample stands for,
+                                    if the heap profiler sampled it (prof.c) */
+      };
       union {
         fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
                                     free only once free is used up (delayed reuse) */
