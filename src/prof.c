@@ -208,8 +208,15 @@ static intptr_t fw_prof_interval(fw_heap_t *heap) {
 /* What a sample of size bytes stands for: 1 / P(an allocation of this
  * size is sampled) allocations, in 1/65536ths. */
 static int64_t fw_prof_weight(size_t size) {
-  double s = size ? (double)size : 1, prob = 1 - fw_exp_neg(s / fw_prof_rate);
-  double objects = prob > 0 ? 1 / prob : 1;
+  double x = (size ? (double)size : 1) / fw_prof_rate, objects;
+  if (x < 0.0625) {
+    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + ...: good to 1e-12
+     * here, without the exponential */
+    objects = 1 / x + 0.5 + x * (1.0 / 12 - x * x * (1.0 / 720));
+  } else {
+    double prob = 1 - fw_exp_neg(x);
+    objects = prob > 0 ? 1 / prob : 1;
+  }
   return (int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5);
 }
 
@@ -240,6 +247,13 @@ void fw_prof_init(void) {
                "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
   fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
 }
+
+/* fork() while another thread holds the lock: the child's copy would stay
+ * held (thread.c's fork handlers call these, after the allocator's own
+ * locks, as no path takes those while holding this one). */
+void fw_prof_fork_prepare(void) { fw_lock_acquire(&fw_prof_lock); }
+void fw_prof_fork_parent(void) { fw_lock_release(&fw_prof_lock); }
+void fw_prof_fork_child(void) { fw_lock_reset(&fw_prof_lock); }
 
 void fw_prof_cache_reset(void *cache) {
   fw_prof_cache_t *c = cache;

@@ -43,9 +43,11 @@ static void fw_fork_prepare(void) {
   fw_heap_fork_prepare();
   fw_abandon_fork_prepare();
   fw_arena_fork_prepare();
+  fw_prof_fork_prepare();
 }
 static void fw_fork_parent(void) {
   if (atomic_load(&fw_process_state) != 2) return;
+  fw_prof_fork_parent();
   fw_arena_fork_parent();
   fw_abandon_fork_parent();
   fw_heap_fork_parent();
@@ -54,6 +56,7 @@ static void fw_fork_parent(void) {
 }
 static void fw_fork_child(void) {
   if (atomic_load(&fw_process_state) != 2) return;
+  fw_prof_fork_child();
   fw_arena_fork_child();
   fw_abandon_fork_child();
   fw_heap_fork_child();
