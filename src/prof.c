@@ -524,7 +524,15 @@ static void *fw_prof_move(fw_heap_t *heap, void *p) {
   if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
       atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
     return p;
+  /* the sampled small blocks of the classes up to a power of two share
+   * the page of that one's: a heap that samples many sizes sets up a few
+   * such pages, not one per class (a sampled block may be up to twice the
+   * size its class would give: it is one in many). Not the medium ones,
+   * whose pages hold few blocks: one shared by several classes would be
+   * used up, and another set up, all the more often. */
+  size_t bs = page->block_size, up = (size_t)1 << (64 - __builtin_clzll((uint64_t)bs - 1));
   size_t cls = page->cls;
+  if (up <= FW_SMALL_MAX && fw_class_size[fw_size_class(up)] == up) cls = fw_size_class(up);
   fw_page_t *sp = heap->samples[cls];
   fw_block_t *b = sp ? fw_page_take(sp) : NULL;
   if (!b) {
