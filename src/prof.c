@@ -199,7 +199,8 @@ static uint64_t fw_prof_rand(fw_heap_t *heap) {
 
 /* Bytes to the next sample: exponential with mean RATE. */
 static intptr_t fw_prof_interval(fw_heap_t *heap) {
-  double u = ((double)(fw_prof_rand(heap) >> 11) + 1) / 9007199254740993.0; /* (0, 1] */
+  /* (0, 1]: 53 random bits and a multiply by 2^-53 (no division) */
+  double u = ((double)(fw_prof_rand(heap) >> 11) + 1) * (1.0 / 9007199254740992.0);
   double n = -fw_ln(u) * fw_prof_rate;
   if (n > (double)(INTPTR_MAX / 2)) n = (double)(INTPTR_MAX / 2);
   return (intptr_t)n;
@@ -518,12 +519,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
  * in cautious mode and at the secure level, whose marks a move would have
  * to keep), of another heap, and large ones stay where they are (their
  * page is flagged). */
-static void *fw_prof_move(fw_heap_t *heap, void *p) {
-  if (!p) return p;
-  fw_page_t *page = fw_ptr_page(p);
-  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
-      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
-    return p;
+static FW_NOINLINE void *fw_prof_move_to(fw_heap_t *heap, fw_page_t *page, void *p) {
   /* the sampled small blocks of the classes up to a power of two share
    * the page of that one's: a heap that samples many sizes sets up a few
    * such pages, not one per class (a sampled block may be up to twice the
@@ -545,6 +541,15 @@ static void *fw_prof_move(fw_heap_t *heap, void *p) {
   }
   if (fw_page_push_uncounted(page, (fw_block_t *)p)) fw_heap_page_empty(page);
   return b;
+}
+
+FW_INLINE void *fw_prof_move(fw_heap_t *heap, void *p) {
+  if (!p) return p;
+  fw_page_t *page = fw_ptr_page(p);
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
+      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
+    return p;
+  return fw_prof_move_to(heap, page, p);
 }
 
 static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
