@@ -624,12 +624,30 @@ static void fw_rule_decode(uintptr_t pc, fw_rule_t *rule) {
  * the word cannot hold is FW_R_HARD. */
 FW_NOINLINE static uint64_t fw_rule_miss(uintptr_t pc) {
   fw_rule_t rule;
-  uint64_t w = atomic_load_explicit(&fw_rules[fw_rule_index(pc)], memory_order_relaxed);
-  if ((w >> FW_RULE_TAG) == (uint64_t)(pc >> FW_RULE_BITS) && (w & 3)) return w;
+  _Atomic(uint64_t) *slot = &fw_rules[fw_rule_index(pc)];
+  uint64_t tag = (uint64_t)(pc >> FW_RULE_BITS) << FW_RULE_TAG;
+  /* A pc whose rule another thread is decoding: its word without a kind
+   * (FW_R_NONE), bit 2 set so that it is not an empty slot. Threads that
+   * start at once meet the same new return addresses, and the decoding
+   * (the unwinder's lookup, under the dynamic loader's lock) is better done
+   * once than by each of them in turn; a wait that lasts (the decoder
+   * stopped, a fork's child) gives up and decodes. */
+  uint64_t pending = tag | 4;
+  uint64_t w = atomic_load_explicit(slot, memory_order_acquire);
+  for (unsigned spin = 0; w == pending && spin < 4096; spin++) {
+    if (spin >= 16) fw_os_yield();
+    w = atomic_load_explicit(slot, memory_order_acquire);
+  }
+  if ((w & ~(((uint64_t)1 << FW_RULE_TAG) - 1)) == tag && (w & 3)) return w;
+  bool fixed = fw_fixed_has(pc);
+  bool marked = fixed && w != pending &&
+                atomic_compare_exchange_strong_explicit(slot, &w, pending, memory_order_acq_rel, memory_order_acquire);
   fw_rule_decode(pc, &rule);
-  if (!fw_rule_pack(&rule, pc, &w)) return FW_R_HARD;
-  if (fw_fixed_has(pc)) atomic_store_explicit(&fw_rules[fw_rule_index(pc)], w, memory_order_relaxed);
-  return w;
+  uint64_t r;
+  bool packed = fw_rule_pack(&rule, pc, &r);
+  if (packed && fixed) atomic_store_explicit(slot, r, memory_order_release);
+  else if (marked) atomic_store_explicit(slot, w, memory_order_release);
+  return packed ? r : FW_R_HARD;
 }
 
 static int fw_fixed_phdr(struct dl_phdr_info *info, size_t size, void *arg) {

@@ -50,6 +50,7 @@
 #include "options.h"
 #include "message.h"
 #include "os.h"
+#include "meta.h"
 #include <string.h>
 
 #define FW_PROF_FRAMES FW_BT_FRAMES
@@ -267,9 +268,10 @@ static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
   fw_tld_t *tld = heap->tld;
   fw_prof_cache_t *c = tld->prof_cache;
   if (fw_likely(c != NULL)) return c;
-  /* fresh from the OS, so zero: nothing is written until used, as a
-   * first touch costs a page fault */
-  c = fw_os_map(sizeof *c, 0, 0);
+  /* from the allocator's metadata (zeroed, never given back, as the cache
+   * stays with the thread data): threads that start at once would each
+   * map one, and wait on each other in the OS */
+  c = fw_meta_alloc(sizeof *c);
   if (!c) return NULL;
   tld->prof_cache = c;
   return c;
