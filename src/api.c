@@ -149,9 +149,8 @@ static void *fw_aligned(size_t size, size_t alignment) {
   if (fw_likely(alignment <= FW_MIN_ALIGN && alignment != 0 && fw_is_pow2(alignment)) && !fw_cautious)
   {
     size_t n = size < alignment ? alignment : size;
-    void *p = fw_malloc_fast(n);
-    FW_PROF_ACCOUNT(p, n);
-    return p;
+    /* counted down there already (in libfreeway-prof.so): not again */
+    return fw_malloc_fast(n);
   }
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {

@@ -967,6 +967,13 @@ size_t fw_check_stack(uintptr_t *pcs, size_t max) {
   return n;
 }
 
+fw_bt_walk_t *fw_check_stack_cached(fw_bt_cache_t *c) {
+  /* freeway inside the program: its frames are told apart by address
+   * after the walk (fw_stack), which the cache does not do */
+  if (fw_code_static) return NULL;
+  return fw_os_backtrace_cached(c, fw_code_lo, fw_code_hi);
+}
+
 void fw_check_init(void) {
   /* the generated table and the arithmetic class function must agree */
   for (size_t c = 1; c < FW_CLASS_COUNT; c++) {

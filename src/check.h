@@ -5,6 +5,7 @@
 #ifndef FW_CHECK_H
 #define FW_CHECK_H
 #include "types.h"
+#include "os.h"
 
 /* The form of allocation a block was made with, and what a free expects.
  * ANY: the block whose allocation read the options (operator new tests the
@@ -58,6 +59,10 @@ FW_HIDDEN bool fw_check_heap_contains(const fw_heap_t *heap, const void *p);
 /* The caller's call stack without freeway's frames, up to max (at most
  * 16) return addresses, innermost first; for the heap profiler. */
 FW_HIDDEN size_t fw_check_stack(uintptr_t *pcs, size_t max);
+/* The same through a cache of the thread's walks (os.h,
+ * fw_os_backtrace_cached): its entry for the caller's stack, or NULL when
+ * the stack must be taken with fw_check_stack. */
+FW_HIDDEN fw_bt_walk_t *fw_check_stack_cached(fw_bt_cache_t *c);
 FW_HIDDEN bool fw_check_block_live(const void *block, const uint8_t **user, size_t *size, uintptr_t pcs[4],
                                    size_t *npcs);
 FW_HIDDEN size_t fw_check_heap_usable(const fw_heap_t *heap, const void *p);

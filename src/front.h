@@ -48,11 +48,14 @@ FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   fw_segment_t *seg = fw_ptr_segment(p);
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) return false;
   fw_page_t *page = fw_ptr_slice(seg, p);
-  if (fw_page_flags(page) & ~(unsigned)FW_PF_FULL) {
+  /* the heap profiler's flags are about frees: a block that stays where it
+   * is keeps its sample */
+  const unsigned in_place = FW_PF_FULL | FW_PF_SAMPLED | FW_PF_SAMPLES;
+  if (fw_page_flags(page) & ~in_place) {
     /* a later slice of a medium page or of a large block */
     if (fw_page_flags(page) != FW_PF_REDIRECT) return false;
     page -= page->slice_offset;
-    if (fw_page_flags(page) & ~(unsigned)FW_PF_FULL) return false;
+    if (fw_page_flags(page) & ~in_place) return false;
   }
   size_t bs = page->block_size;
   if (size > bs || size < bs / 2) return false;

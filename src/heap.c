@@ -89,7 +89,14 @@ fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   fw_page_t *page = fw_segment_page_alloc(heap->tld, kind, false);
   if (!page) page = fw_segment_page_alloc(heap->tld, kind, true);
   if (!page) return NULL;
+  /* fewer blocks, and after them the profiler's record of each: a free
+   * finds its sample there, with no lookup and no lock */
+  page->block_size = page->block_size / (bs + FW_PROF_SIDE) * bs;
   fw_page_init(page, heap, cls, bs);
+  page->prof_side = 1;
+  /* the records of the blocks carved so far (fw_page_extend clears those
+   * of the later ones as it carves them) */
+  if (!page->is_zero) memset(page->area + (size_t)page->reserved * bs, 0, (size_t)page->capacity * FW_PROF_SIDE);
   fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLES);
   fw_page_to_full(heap, page);  /* a fresh page: no remote free can be there yet */
   return page;

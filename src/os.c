@@ -624,12 +624,30 @@ static void fw_rule_decode(uintptr_t pc, fw_rule_t *rule) {
  * the word cannot hold is FW_R_HARD. */
 FW_NOINLINE static uint64_t fw_rule_miss(uintptr_t pc) {
   fw_rule_t rule;
-  uint64_t w = atomic_load_explicit(&fw_rules[fw_rule_index(pc)], memory_order_relaxed);
-  if ((w >> FW_RULE_TAG) == (uint64_t)(pc >> FW_RULE_BITS) && (w & 3)) return w;
+  _Atomic(uint64_t) *slot = &fw_rules[fw_rule_index(pc)];
+  uint64_t tag = (uint64_t)(pc >> FW_RULE_BITS) << FW_RULE_TAG;
+  /* A pc whose rule another thread is decoding: its word without a kind
+   * (FW_R_NONE), bit 2 set so that it is not an empty slot. Threads that
+   * start at once meet the same new return addresses, and the decoding
+   * (the unwinder's lookup, under the dynamic loader's lock) is better done
+   * once than by each of them in turn; a wait that lasts (the decoder
+   * stopped, a fork's child) gives up and decodes. */
+  uint64_t pending = tag | 4;
+  uint64_t w = atomic_load_explicit(slot, memory_order_acquire);
+  for (unsigned spin = 0; w == pending && spin < 4096; spin++) {
+    if (spin >= 16) fw_os_yield();
+    w = atomic_load_explicit(slot, memory_order_acquire);
+  }
+  if ((w & ~(((uint64_t)1 << FW_RULE_TAG) - 1)) == tag && (w & 3)) return w;
+  bool fixed = fw_fixed_has(pc);
+  bool marked = fixed && w != pending &&
+                atomic_compare_exchange_strong_explicit(slot, &w, pending, memory_order_acq_rel, memory_order_acquire);
   fw_rule_decode(pc, &rule);
-  if (!fw_rule_pack(&rule, pc, &w)) return FW_R_HARD;
-  if (fw_fixed_has(pc)) atomic_store_explicit(&fw_rules[fw_rule_index(pc)], w, memory_order_relaxed);
-  return w;
+  uint64_t r;
+  bool packed = fw_rule_pack(&rule, pc, &r);
+  if (packed && fixed) atomic_store_explicit(slot, r, memory_order_release);
+  else if (marked) atomic_store_explicit(slot, w, memory_order_release);
+  return packed ? r : FW_R_HARD;
 }
 
 static int fw_fixed_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -661,14 +679,49 @@ __attribute__((no_sanitize_address)) static uintptr_t fw_stack_word(uintptr_t a)
  * than 1 GiB (a caller's frame is above its callee's). */
 #define FW_ON_STACK(a, sp) ((uintptr_t)(a) - (sp) < ((uintptr_t)1 << 30))
 
+/* What a walk read that steered it, for fw_os_backtrace_cached: the
+ * return addresses and frame addresses it read, and the frame pointers it
+ * read that a later step used. A frame pointer read is only noted once it
+ * is used: code built without frame pointers keeps any value in that
+ * register (a loop counter of the caller, say), and a walk that only
+ * passed such a value on must not be told apart by it. */
+typedef struct {
+  fw_bt_walk_t *w;
+  bool keep;        /* every step so far will step the same way again */
+  bool bp_pending;  /* bp holds a value read and not yet used */
+  bool bp_start;    /* ... the starting one, not a stack word */
+  uintptr_t bp_at;  /* where that word was */
+} fw_trace_t;
+
+FW_INLINE void fw_trace_word(fw_trace_t *t, uintptr_t at, uintptr_t v) {
+  if (!t) return;
+  fw_bt_walk_t *w = t->w;
+  if (w->nreads == FW_BT_READS) {
+    t->keep = false;
+    return;
+  }
+  w->rd[w->nreads].at = at;
+  w->rd[w->nreads++].val = v;
+}
+FW_INLINE void fw_trace_bp_used(fw_trace_t *t, uintptr_t bp) {
+  if (!t || !t->bp_pending) return;
+  t->bp_pending = false;
+  if (t->bp_start) t->w->bp_used = 1;
+  else fw_trace_word(t, t->bp_at, bp);
+}
+
 /* One step of the walk: from the frame at *pc, whose stack pointer is *sp
  * and frame pointer *bp (0: not known), to its caller's. 1: done; 0: the
- * stack ends here; -1: the quick walk cannot step. */
-FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp) {
+ * stack ends here; -1: the quick walk cannot step. t: NULL, or what the
+ * step reads is noted there. */
+FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp, fw_trace_t *t) {
   uint64_t want = (uint64_t)(*pc >> FW_RULE_BITS) << FW_RULE_TAG | FW_R_STEP;
   uint64_t w = atomic_load_explicit(&fw_rules[fw_rule_index(*pc)], memory_order_relaxed);
   if (fw_unlikely((w ^ want) & ~(((uint64_t)1 << FW_RULE_TAG) - 4))) {
     w = fw_rule_miss(*pc);
+    /* the table keeps only the rules of code that stays: others are
+     * decoded anew, from code that may have changed by the next walk */
+    if (t && !fw_fixed_has(*pc)) t->keep = false;
     if ((w & 3) != FW_R_STEP) return (w & 3) == FW_R_END ? 0 : -1;
   }
   unsigned how = (unsigned)(w >> 2) & 3;
@@ -676,11 +729,14 @@ FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp) {
   if (how == FW_CFA_SP) {
     cfa += *sp;
   } else {
+    fw_trace_bp_used(t, *bp);
     if (!*bp) return -1;
     if (how == FW_CFA_AT_BP) {
       cfa = *bp + (uintptr_t)((intptr_t)(int16_t)(uint16_t)(w >> 14) * FW_W);
       if (!FW_ON_STACK(cfa, *sp)) return -1;
-      cfa = fw_stack_word(cfa);
+      uintptr_t at = cfa;
+      cfa = fw_stack_word(at);
+      fw_trace_word(t, at, cfa);
     } else {
       cfa += *bp;
     }
@@ -689,11 +745,23 @@ FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp) {
   unsigned bp_rule = (unsigned)(w >> 4) & 3;
   if (bp_rule) {
     uintptr_t at = (bp_rule == FW_BP_AT_BP ? *bp : cfa) + (uintptr_t)((intptr_t)(int8_t)(uint8_t)(w >> 6) * FW_W);
-    if (bp_rule == FW_BP_LOST) *bp = 0;
-    else if (bp_rule == FW_BP_AT_BP && (!*bp || !FW_ON_STACK(at, *sp))) return -1;
-    else *bp = fw_stack_word(at);
+    if (bp_rule == FW_BP_AT_BP) fw_trace_bp_used(t, *bp);
+    if (bp_rule == FW_BP_LOST) {
+      *bp = 0;
+      if (t) t->bp_pending = false;
+    } else if (bp_rule == FW_BP_AT_BP && (!*bp || !FW_ON_STACK(at, *sp))) {
+      return -1;
+    } else {
+      *bp = fw_stack_word(at);
+      if (t) {
+        t->bp_pending = true;
+        t->bp_start = false;
+        t->bp_at = at;
+      }
+    }
   }
   *pc = fw_stack_word(cfa - (uintptr_t)FW_W);
+  fw_trace_word(t, cfa - (uintptr_t)FW_W, *pc);
   *sp = cfa;
   return 1;
 }
@@ -710,21 +778,71 @@ FW_NOINLINE size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t s
   int r = 1;
   /* the leading frames in [skip_lo, skip_hi): stepped over, not kept */
   for (; pc - skip_lo < skip_hi - skip_lo; walked++) {
-    if (walked == 64 || (r = fw_quick_step(&pc, &sp, &bp)) <= 0) return r ? SIZE_MAX : 0;
+    if (walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, NULL)) <= 0) return r ? SIZE_MAX : 0;
   }
   size_t n = 0;
   while (pc) {
     pcs[n++] = pc;
-    if (n == max || ++walked == 64 || (r = fw_quick_step(&pc, &sp, &bp)) == 0) break;
+    if (n == max || ++walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, NULL)) == 0) break;
     if (r < 0) return SIZE_MAX;
   }
   return n;
+}
+
+FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi) {
+  if (!fw_quick_ready) return NULL;
+  const uintptr_t *fp = __builtin_frame_address(0);
+  uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+  uintptr_t sp = (uintptr_t)fp + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp);
+  /* two ways per set, the set chosen by the stack depth */
+  size_t set = (size_t)((sp >> 4) ^ (sp >> 11)) & (FW_BT_WAYS / 2 - 1);
+  fw_bt_walk_t *ways = &c->walk[2 * set];
+  for (unsigned k = 0; k < 2; k++) {
+    fw_bt_walk_t *w = &ways[k];
+    if (w->sp != sp || w->pc != pc || (w->bp_used && w->bp != bp)) continue;
+    uint32_t i = 0;
+    while (i < w->nreads && fw_stack_word(w->rd[i].at) == w->rd[i].val) i++;
+    if (i < w->nreads) continue;
+    c->turn = (c->turn & ~(1u << set)) | (k ^ 1u) << set;  /* the other way goes first */
+    return w;
+  }
+  unsigned k = (c->turn >> set) & 1;
+  c->turn ^= 1u << set;
+  fw_bt_walk_t *w = &ways[k];
+  fw_trace_t t = {w, true, true, true, 0};
+  w->sp = 0;
+  w->nreads = w->npcs = w->bp_used = w->tag = 0;
+  uintptr_t cpc = pc, csp = sp, cbp = bp;
+  unsigned walked = 0;
+  int r = 1;
+  for (; cpc - skip_lo < skip_hi - skip_lo; walked++) {
+    if (walked == 64 || (r = fw_quick_step(&cpc, &csp, &cbp, &t)) <= 0) {
+      if (r) return NULL;
+      goto done;
+    }
+  }
+  while (cpc) {
+    w->pcs[w->npcs++] = cpc;
+    if (w->npcs == FW_BT_FRAMES || ++walked == 64 || (r = fw_quick_step(&cpc, &csp, &cbp, &t)) == 0) break;
+    if (r < 0) return NULL;
+  }
+done:
+  if (t.keep) {
+    w->sp = sp;
+    w->pc = pc;
+    w->bp = bp;
+  }
+  return w;
 }
 #else
 void fw_os_backtrace_init(void) {}
 size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi) {
   (void)pcs, (void)max, (void)skip_lo, (void)skip_hi;
   return SIZE_MAX;
+}
+fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi) {
+  (void)c, (void)skip_lo, (void)skip_hi;
+  return NULL;
 }
 #endif
 

@@ -182,6 +182,43 @@ FW_HIDDEN size_t fw_os_backtrace(uintptr_t *pcs, size_t max, uintptr_t skip_lo, 
  * turns it on; until then it returns SIZE_MAX. */
 FW_HIDDEN void fw_os_backtrace_init(void);
 FW_HIDDEN size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi);
+/* The heap profiler takes the stack of the same few call sites again and
+ * again. fw_os_backtrace_cached keeps, per thread, the last walks made from
+ * each stack depth: where the walk started (the stack pointer, the return
+ * address and, if a step used it, the frame pointer of the caller of
+ * fw_os_backtrace_cached) and every stack word whose value steered it (the
+ * return addresses, and the frame pointers and frame addresses read that a
+ * later step used). A walk that starts from the same state and finds each
+ * of those words unchanged in its place would read the same stack, step by
+ * step: the entry's stack is then the stack, exactly, with a compare per
+ * word instead of a step per frame. Only walks through code of objects
+ * loaded before the walker was set up are kept (their rules never change).
+ * The cache must be used by one thread only, and from one call site: its
+ * words are read again only at the stack addresses that thread's own walks
+ * read before, which stay mapped while it runs. */
+#define FW_BT_FRAMES 16
+#define FW_BT_READS 40
+#define FW_BT_WAYS 16
+typedef struct {
+  uintptr_t sp, pc, bp;   /* where the walk started; sp 0: an empty entry */
+  uint32_t nreads, npcs;
+  uint32_t bp_used;       /* whether a step used the starting bp */
+  uint32_t tag;           /* the caller's, for this stack (0 when new) */
+  struct {
+    uintptr_t at, val;    /* side by side: a check reads both */
+  } rd[FW_BT_READS];
+  uintptr_t pcs[FW_BT_FRAMES];
+} fw_bt_walk_t;
+typedef struct {
+  unsigned turn;          /* which way of a set the next new walk replaces */
+  fw_bt_walk_t walk[FW_BT_WAYS];
+  fw_bt_walk_t scratch;   /* a walk that cannot be kept */
+} fw_bt_cache_t;
+/* The stack of the caller of fw_os_backtrace_cached, as fw_os_backtrace_quick
+ * would find it (up to FW_BT_FRAMES frames): the cache's entry that holds
+ * it, or NULL when the quick walk cannot step (walk with fw_os_backtrace
+ * then). The entry's tag persists across calls that find the same stack. */
+FW_HIDDEN fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi);
 /* The executable code of the loaded object (program or shared library) that
  * holds fn: [*lo, *hi). Returns true if that object is the main program. */
 FW_HIDDEN bool fw_os_code_range(const void *fn, uintptr_t *lo, uintptr_t *hi);

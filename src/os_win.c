@@ -349,6 +349,11 @@ size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uint
   return SIZE_MAX;
 }
 
+fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi) {
+  (void)c, (void)skip_lo, (void)skip_hi;
+  return NULL;
+}
+
 /* The module (program or DLL) whose image holds addr. */
 static HMODULE fw_module_at(uintptr_t addr) {
   HMODULE m = NULL;

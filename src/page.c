@@ -149,6 +149,10 @@ static void fw_page_extend(fw_page_t *page) {
   if (max < 1) max = 1;
   if (n > max) n = max;
   uint8_t *start = page->area + (size_t)page->capacity * bs;
+  /* a page of sampled blocks: the profiler's records of the new blocks
+   * (after the page's blocks) must say "none" before any is handed out */
+  if (page->prof_side && !page->is_zero)
+    memset(page->area + (size_t)page->reserved * bs + (size_t)page->capacity * FW_PROF_SIDE, 0, n * FW_PROF_SIDE);
   page->capacity += (uint32_t)n;
   if (fw_secure) {
     fw_page_extend_secure(page, start, n);
@@ -209,6 +213,8 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->used = 0;
   page->aligned_live = 0;
   page->adopted = 0;
+  page->prof_side = 0;
+  atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);

@@ -20,16 +20,28 @@
  * library, relocated before it, would call the resolver of an object not
  * yet relocated, which the dynamic loader refuses.)
  *
+ * What a sample costs. A program that allocates fast takes samples often
+ * (every allocation of 1 MiB at the default rate), mostly from the same
+ * few call sites, in several threads at once. So:
+ *   - the stack comes from a cache of the thread's walks (os.h,
+ *     fw_os_backtrace_cached), which knows the stack again by comparing
+ *     the words that steered the walk, and keeps the number of its site;
+ *   - sites are found without a lock (the table is probed lock-free and
+ *     only grown and added to under the lock), and their counts are
+ *     atomic adds of integers (objects in 1/65536ths, bytes rounded);
+ *   - what a sampled block stands for is kept where its free finds it
+ *     without a lookup: a large block's in its page descriptor, a block of
+ *     a page of sampled blocks (below) in a record after the page's
+ *     blocks. Only samples that stay in an ordinary page (calloc, realloc,
+ *     the aligned forms, user heaps) go to a table keyed by block address,
+ *     under the lock.
+ * A record keeps the site's number, the size asked for and the objects the
+ * sample stands for, so that its free takes away exactly what it added.
+ *
  * Forgetting the samples. A page holding a sampled block carries
  * FW_PF_SAMPLED, which fails the free fast path's one compare: frees from
  * such a page take the slow path, which looks the block up here. The owner
- * clears the flag once no sampled block is left in the page.
- *
- * Storage. All in memory mapped from the OS (the profiler runs inside the
- * allocator): a table of live samples keyed by block address, and a table
- * of call sites with their running totals; both under one lock, taken only
- * when a sample is taken or a sampled block freed, about once per RATE
- * bytes. */
+ * clears the flag once no sampled block is left in the page. */
 #include "prof.h"
 #include "check.h"
 #include "page.h"
@@ -38,85 +50,141 @@
 #include "options.h"
 #include "message.h"
 #include "os.h"
+#include "meta.h"
 #include <string.h>
 
-#define FW_PROF_FRAMES 16
+#define FW_PROF_FRAMES FW_BT_FRAMES
+/* objects are counted in 1/65536ths: a site's count overflows after 2^47
+ * allocations of it */
+#define FW_OBJ_SHIFT 16
 
 typedef struct {
   uint64_t hash;
   uint32_t npcs;
   uintptr_t pcs[FW_PROF_FRAMES];
-  double alloc_objects, alloc_space, inuse_objects, inuse_space;
-} fw_site_rec_t;
+  /* samples are taken in one thread and often freed in another: the two
+   * sides' counts on lines of their own */
+  _Alignas(64) _Atomic(int64_t) alloc_objects, alloc_space;
+  _Alignas(64) _Atomic(int64_t) freed_objects, freed_space;
+} fw_site_t;
 
+/* Sites never move: a site's number (from 1) names it for good, in the
+ * records and in the threads' walk caches. */
+#define FW_SITE_CHUNK_SHIFT 7
+#define FW_SITE_CHUNK ((uint32_t)1 << FW_SITE_CHUNK_SHIFT)
+#define FW_SITE_CHUNKS 8192 /* a million sites */
+static fw_site_t *_Atomic fw_site_chunks[FW_SITE_CHUNKS];
+static uint32_t fw_sites_n; /* under fw_prof_lock */
+
+/* The index of the sites by stack: open addressing, each slot the stack
+ * hash's upper half and the site's number (0: empty), filled once. */
+typedef struct fw_site_table_s {
+  size_t cap;
+  struct fw_site_table_s *older;
+  _Atomic(uint64_t) slot[];
+} fw_site_table_t;
+static _Atomic(fw_site_table_t *) fw_site_table;
+
+/* A sample that stays in an ordinary page: keyed by block address. */
 typedef struct {
-  uintptr_t block;  /* 0: empty; 1: deleted */
+  uintptr_t block; /* 0: empty; 1: deleted */
   uint32_t site;
-  double objects, space; /* what the sample stands for */
+  size_t size;
+  int64_t objects; /* what it stands for, << FW_OBJ_SHIFT */
 } fw_sample_rec_t;
+
+/* The record of a block of a page of sampled blocks, after the blocks. */
+typedef struct {
+  uint32_t site; /* 0: none (not sampled, or freed) */
+  uint32_t size;
+  int64_t objects;
+} fw_side_t;
+_Static_assert(sizeof(fw_side_t) == FW_PROF_SIDE, "side record size");
+
+/* The thread's (tld->prof_cache). */
+#define FW_MEMO 32
+typedef struct {
+  fw_bt_cache_t walks;
+  struct {
+    size_t key; /* size + 1; 0: empty */
+    int64_t objects;
+  } memo[FW_MEMO];
+} fw_prof_cache_t;
 
 bool fw_prof_on;
 static double fw_prof_rate;
 static fw_lock_t fw_prof_lock = FW_LOCK_INIT;
-static fw_site_rec_t *fw_sites;      /* open addressing by stack hash */
-static size_t fw_sites_cap, fw_sites_n;
-static fw_sample_rec_t *fw_samples;  /* open addressing by block address */
+static fw_sample_rec_t *fw_samples; /* open addressing by block address */
 static size_t fw_samples_cap, fw_samples_used, fw_samples_live;
 /* FREEWAY_PROFILE_GROWTH: the estimate of the bytes in use, and the level
- * at which the next profile is written */
-static double fw_prof_inuse, fw_prof_growth, fw_prof_next_dump;
-static unsigned fw_prof_dumps;
-
-void fw_prof_init(void) {
-  fw_prof_rate = (double)fw_opt(PROFILE_RATE);
-  fw_prof_growth = (double)fw_opt(PROFILE_GROWTH) * 1048576.0;
-  fw_prof_next_dump = fw_prof_growth;
-  if (fw_opt(PROFILE) && !fw_flavour_profiling)
-    fw_message("warning: FREEWAY_PROFILE=1 needs libfreeway-prof.so (the library with the profiler's countdown "
-               "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
-  fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
-}
+ * at which the next profile is written; kept only with a growth step, as
+ * every thread's samples would meet on it */
+static int64_t fw_prof_growth;
+static _Atomic(int64_t) fw_prof_inuse, fw_prof_next_dump;
+static _Atomic(unsigned) fw_prof_dumps;
 
 /* ---- arithmetic without libm ------------------------------------------------ */
 
-/* e^-x for x >= 0: x = k ln 2 + r, e^-r by its series (r < ln 2). */
-static double fw_exp_neg(double x) {
-  /* 2^-k is made from its exponent bits; beyond 40, 1 - e^-x is 1 in a
-   * double anyway */
-  if (x > 40) return 0;
-  static const double ln2 = 0.6931471805599453;
-  int k = (int)(x / ln2);
-  double r = x - k * ln2, term = 1, sum = 1;
-  static const double inv[14] = {1.0, 1.0 / 2, 1.0 / 3, 1.0 / 4, 1.0 / 5, 1.0 / 6, 1.0 / 7,
-                                 1.0 / 8, 1.0 / 9, 1.0 / 10, 1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14};
-  for (int i = 0; i < 14; i++) {
-    term *= -r * inv[i];
+/* e^-x for 0 <= x < ln 2, by its series (the tables' entries). */
+static double fw_exp_series(double x) {
+  double term = 1, sum = 1;
+  for (int i = 1; i <= 20; i++) {
+    term *= -x / i;
     sum += term;
   }
+  return sum;
+}
+/* ln u for u in (1/2, 1], 2 atanh(z) with z = (u - 1) / (u + 1) (|z| <
+ * 1/5: converged to 1e-16 after twenty terms). */
+static double fw_ln_series(double u) {
+  double z = (u - 1) / (u + 1), z2 = z * z, term = z, sum = 0;
+  for (int i = 0; i < 20; i++) {
+    sum += term / (2 * i + 1);
+    term *= z2;
+  }
+  return 2 * sum;
+}
+
+#define FW_LN2 0.6931471805599453
+/* 2^(-j/64); 1 / (1 + (j + 1/2) / 64) and minus its logarithm */
+static double fw_exp2_tab[64], fw_ln_inv[64], fw_ln_log[64];
+
+static void fw_prof_tables(void) {
+  for (int j = 0; j < 64; j++) {
+    fw_exp2_tab[j] = fw_exp_series(j * (FW_LN2 / 64));
+    fw_ln_inv[j] = 1 / (1 + (j + 0.5) / 64);
+    fw_ln_log[j] = -fw_ln_series(fw_ln_inv[j]);
+  }
+}
+
+/* e^-x for x >= 0: x = (64 k + j) ln 2 / 64 + r, with r below ln 2 / 64,
+ * where five terms of the series are good to 1e-15. */
+static double fw_exp_neg(double x) {
+  /* beyond 40, 1 - e^-x is 1 in a double anyway */
+  if (x > 40) return 0;
+  int i = (int)(x * (64 / FW_LN2));
+  double r = x - i * (FW_LN2 / 64);
+  double e = 1 - r * (1 - r * (0.5 - r * (1.0 / 6 - r * (1.0 / 24 - r * (1.0 / 120)))));
   union {
     double d;
     uint64_t b;
-  } p2 = {.b = (uint64_t)(1023 - k) << 52};
-  return sum * p2.d;
+  } p2 = {.b = (uint64_t)(1023 - (i >> 6)) << 52};
+  return p2.d * fw_exp2_tab[i & 63] * e;
 }
-/* ln u for u in (0, 1]: the exponent's share, and 2 atanh(z) for the
- * mantissa m in [1, 2), z = (m - 1) / (m + 1) <= 1/3, whose series has
- * converged to 1e-12 after twelve terms. */
+/* ln u for u in (0, 1]: the exponent's share, the table's for the first
+ * six bits of the mantissa m, and the series of ln(1 + r) for the rest,
+ * r = m / c - 1 with |r| < 1/128: good to 1e-13. */
 static double fw_ln(double u) {
   union {
     double d;
     uint64_t b;
   } v = {u};
   int e = (int)((v.b >> 52) & 0x7ff) - 1023;
+  unsigned j = (unsigned)(v.b >> 46) & 63;
   v.b = (v.b & ~((uint64_t)0x7ff << 52)) | ((uint64_t)1023 << 52);
-  static const double inv[12] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,  1.0 / 11,
-                                 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19, 1.0 / 21, 1.0 / 23};
-  double z = (v.d - 1) / (v.d + 1), z2 = z * z, term = z, sum = 0;
-  for (int i = 0; i < 12; i++) {
-    sum += term * inv[i];
-    term *= z2;
-  }
-  return 2 * sum + e * 0.6931471805599453;
+  double r = v.d * fw_ln_inv[j] - 1;
+  double l = r * (1 - r * (0.5 - r * (1.0 / 3 - r * (0.25 - r * 0.2))));
+  return e * FW_LN2 + fw_ln_log[j] + l;
 }
 
 static uint64_t fw_prof_rand(fw_heap_t *heap) {
@@ -132,14 +200,86 @@ static uint64_t fw_prof_rand(fw_heap_t *heap) {
 
 /* Bytes to the next sample: exponential with mean RATE. */
 static intptr_t fw_prof_interval(fw_heap_t *heap) {
-  double u = ((double)(fw_prof_rand(heap) >> 11) + 1) / 9007199254740993.0; /* (0, 1] */
+  /* (0, 1]: 53 random bits and a multiply by 2^-53 (no division) */
+  double u = ((double)(fw_prof_rand(heap) >> 11) + 1) * (1.0 / 9007199254740992.0);
   double n = -fw_ln(u) * fw_prof_rate;
   if (n > (double)(INTPTR_MAX / 2)) n = (double)(INTPTR_MAX / 2);
   return (intptr_t)n;
 }
 
+/* What a sample of size bytes stands for: 1 / P(an allocation of this
+ * size is sampled) allocations, in 1/65536ths. */
+static int64_t fw_prof_weight(size_t size) {
+  double x = (size ? (double)size : 1) / fw_prof_rate, objects;
+  if (x < 0.0625) {
+    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + ...: good to 1e-12
+     * here, without the exponential */
+    objects = 1 / x + 0.5 + x * (1.0 / 12 - x * x * (1.0 / 720));
+  } else {
+    double prob = 1 - fw_exp_neg(x);
+    objects = prob > 0 ? 1 / prob : 1;
+  }
+  return (int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5);
+}
 
-/* ---- the tables ------------------------------------------------------------------ */
+static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
+  size_t i = (size_t)(((uint64_t)size * 0x9e3779b97f4a7c15u) >> 59) & (FW_MEMO - 1);
+  if (c->memo[i].key != size + 1) {
+    c->memo[i].objects = fw_prof_weight(size);
+    c->memo[i].key = size + 1;
+  }
+  return c->memo[i].objects;
+}
+
+/* The bytes a sample stands for. Worked out from what its record keeps,
+ * by one copy of the code (not inlined), so that the sample and its free,
+ * in any thread, round them the same way and the in-use bytes come back
+ * to exactly 0. */
+static FW_NOINLINE int64_t fw_prof_space(int64_t objects, size_t size) {
+  return (int64_t)((double)objects * (double)(size ? size : 1) * (1.0 / (1 << FW_OBJ_SHIFT)) + 0.5);
+}
+
+void fw_prof_init(void) {
+  fw_prof_rate = (double)fw_opt(PROFILE_RATE);
+  fw_prof_growth = (int64_t)fw_opt(PROFILE_GROWTH) * 1048576;
+  atomic_store_explicit(&fw_prof_next_dump, fw_prof_growth, memory_order_relaxed);
+  fw_prof_tables();
+  if (fw_opt(PROFILE) && !fw_flavour_profiling)
+    fw_message("warning: FREEWAY_PROFILE=1 needs libfreeway-prof.so (the library with the profiler's countdown "
+               "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
+  fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
+}
+
+/* fork() while another thread holds the lock: the child's copy would stay
+ * held (thread.c's fork handlers call these, after the allocator's own
+ * locks, as no path takes those while holding this one). */
+void fw_prof_fork_prepare(void) { fw_lock_acquire(&fw_prof_lock); }
+void fw_prof_fork_parent(void) { fw_lock_release(&fw_prof_lock); }
+void fw_prof_fork_child(void) { fw_lock_reset(&fw_prof_lock); }
+
+void fw_prof_cache_reset(void *cache) {
+  fw_prof_cache_t *c = cache;
+  for (size_t i = 0; i < FW_BT_WAYS; i++) c->walks.walk[i].sp = 0;
+}
+
+/* The calling thread's cache, made at its first sample; NULL without
+ * memory. */
+static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
+  fw_tld_t *tld = heap->tld;
+  fw_prof_cache_t *c = tld->prof_cache;
+  if (fw_likely(c != NULL)) return c;
+  /* from the allocator's metadata (zeroed, never given back, as the cache
+   * stays with the thread data): threads that start at once would each
+   * map one, and wait on each other in the OS */
+  c = fw_meta_alloc(sizeof *c);
+  if (!c) return NULL;
+  tld->prof_cache = c;
+  return c;
+}
+
+/* ---- the sites ------------------------------------------------------------------
+ * Tables come from fw_os_map, fresh and reading as zero: they are not
+ * cleared, so that only the pages used are ever touched. */
 
 static uint64_t fw_mix(uint64_t h) {
   h ^= h >> 33;
@@ -148,55 +288,93 @@ static uint64_t fw_mix(uint64_t h) {
   return h;
 }
 
-/* The sites' table at twice its size (or its first size), entries placed
- * again and the samples' site numbers renumbered; false without memory. */
-static bool fw_prof_grow_sites(void) {
-  size_t cap = fw_sites_cap ? 2 * fw_sites_cap : 1024;
-  fw_site_rec_t *t = fw_os_map(cap * sizeof *t, 0, 0);
-  if (!t) return false;
-  memset(t, 0, cap * sizeof *t);
-  for (size_t i = 0; i < fw_sites_cap; i++) {
-    if (!fw_sites[i].npcs && !fw_sites[i].hash) continue;
-    size_t j = fw_sites[i].hash & (cap - 1);
-    while (t[j].npcs || t[j].hash) j = (j + 1) & (cap - 1);
-    t[j] = fw_sites[i];
-  }
-  /* the samples name sites by index: renumber them */
-  for (size_t i = 0; i < fw_samples_cap; i++) {
-    if (fw_samples[i].block <= 1) continue;
-    const fw_site_rec_t *old = &fw_sites[fw_samples[i].site];
-    size_t j = old->hash & (cap - 1);
-    while (t[j].hash != old->hash || t[j].npcs != old->npcs ||
-           memcmp(t[j].pcs, old->pcs, old->npcs * sizeof(uintptr_t)) != 0)
-      j = (j + 1) & (cap - 1);
-    fw_samples[i].site = (uint32_t)j;
-  }
-  if (fw_sites) fw_os_unmap(fw_sites, fw_sites_cap * sizeof *fw_sites);
-  fw_sites = t;
-  fw_sites_cap = cap;
-  return true;
+static fw_site_t *fw_site_at(uint32_t i) {
+  fw_site_t *chunk = atomic_load_explicit(&fw_site_chunks[i >> FW_SITE_CHUNK_SHIFT], memory_order_acquire);
+  return &chunk[i & (FW_SITE_CHUNK - 1)];
 }
 
-/* The site of a stack, made if new; SIZE_MAX without memory. A site with
- * no frames has hash 1 so that an empty slot (hash 0, no frames) differs. */
-static size_t fw_prof_site(const uintptr_t *pcs, size_t n) {
-  if ((fw_sites_n + 1) * 2 > fw_sites_cap && !fw_prof_grow_sites()) return SIZE_MAX;
+/* The site of a stack in table t, or 0. Lock-free: a slot, once filled,
+ * names its site for good, and the site was written whole before. */
+static uint32_t fw_site_find(const fw_site_table_t *t, const uintptr_t *pcs, uint32_t n, uint64_t h) {
+  size_t mask = t->cap - 1;
+  for (size_t j = h & mask;; j = (j + 1) & mask) {
+    uint64_t v = atomic_load_explicit(&t->slot[j], memory_order_acquire);
+    if (!v) return 0;
+    if ((v >> 32) != (h >> 32)) continue;
+    const fw_site_t *s = fw_site_at((uint32_t)v);
+    if (s->hash == h && s->npcs == n && memcmp(s->pcs, pcs, n * sizeof *pcs) == 0) return (uint32_t)v;
+  }
+}
+
+static void fw_site_place(fw_site_table_t *t, uint64_t h, uint32_t i) {
+  size_t mask = t->cap - 1, j = h & mask;
+  while (atomic_load_explicit(&t->slot[j], memory_order_relaxed)) j = (j + 1) & mask;
+  atomic_store_explicit(&t->slot[j], (h >> 32) << 32 | i, memory_order_release);
+}
+
+/* Under the lock: the index at twice its size (or its first). The table
+ * it replaces is kept, not unmapped: another thread may be probing it
+ * without the lock. They add up to less than the last one. */
+static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t) {
+  size_t cap = t ? 2 * t->cap : 1024;
+  fw_site_table_t *nt = fw_os_map(sizeof *nt + cap * sizeof nt->slot[0], 0, 0);
+  if (!nt) return NULL;
+  nt->cap = cap;
+  nt->older = t;
+  for (uint32_t i = 1; i <= fw_sites_n; i++) fw_site_place(nt, fw_site_at(i)->hash, i);
+  atomic_store_explicit(&fw_site_table, nt, memory_order_release);
+  return nt;
+}
+
+/* The site of a stack, made if new; 0 without memory. A site with no
+ * frames has hash 1 like any other: the hash is not what marks a slot
+ * empty. */
+static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
   uint64_t h = 0x84222325cbf29ce4u;
   for (size_t i = 0; i < n; i++) h = fw_mix(h ^ pcs[i]);
-  if (!h) h = 1;
-  size_t j = h & (fw_sites_cap - 1);
-  for (;; j = (j + 1) & (fw_sites_cap - 1)) {
-    fw_site_rec_t *s = &fw_sites[j];
-    if (!s->hash) break;
-    if (s->hash == h && s->npcs == n && memcmp(s->pcs, pcs, n * sizeof *pcs) == 0) return j;
+  fw_site_table_t *t = atomic_load_explicit(&fw_site_table, memory_order_acquire);
+  uint32_t i = t ? fw_site_find(t, pcs, (uint32_t)n, h) : 0;
+  if (i) return i;
+  fw_lock_acquire(&fw_prof_lock);
+  t = atomic_load_explicit(&fw_site_table, memory_order_relaxed);
+  i = t ? fw_site_find(t, pcs, (uint32_t)n, h) : 0;
+  if (!i && fw_sites_n + 1 < (uint32_t)FW_SITE_CHUNKS * FW_SITE_CHUNK) {
+    if (!t || (fw_sites_n + 1) * 2 > t->cap) t = fw_site_table_grow(t);
+    uint32_t k = fw_sites_n + 1;
+    fw_site_t *chunk = atomic_load_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], memory_order_relaxed);
+    if (t && !chunk) {
+      chunk = fw_os_map(FW_SITE_CHUNK * sizeof *chunk, 0, 0);
+      if (chunk)
+        atomic_store_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], chunk, memory_order_release);
+    }
+    if (t && chunk) {
+      fw_site_t *s = &chunk[k & (FW_SITE_CHUNK - 1)];
+      s->hash = h;
+      s->npcs = (uint32_t)n;
+      memcpy(s->pcs, pcs, n * sizeof *pcs);
+      fw_sites_n = k;
+      fw_site_place(t, h, k);
+      i = k;
+    }
   }
-  fw_site_rec_t *s = &fw_sites[j];
-  s->hash = h;
-  s->npcs = (uint32_t)n;
-  memcpy(s->pcs, pcs, n * sizeof *pcs);
-  fw_sites_n++;
-  return j;
+  fw_lock_release(&fw_prof_lock);
+  return i;
 }
+
+/* The site of the caller's stack (the one that allocated), 0 without
+ * memory. */
+static uint32_t fw_prof_site_here(fw_prof_cache_t *c) {
+  fw_bt_walk_t *w = c ? fw_check_stack_cached(&c->walks) : NULL;
+  if (w) {
+    if (!w->tag) w->tag = fw_site_of(w->pcs, w->npcs);
+    return w->tag;
+  }
+  uintptr_t pcs[FW_PROF_FRAMES];
+  size_t n = fw_check_stack(pcs, FW_PROF_FRAMES);
+  return fw_site_of(pcs, n);
+}
+
+/* ---- the table of samples in ordinary pages ---------------------------------------- */
 
 static bool fw_prof_grow_samples(void) {
   size_t cap = fw_samples_cap ? 2 * fw_samples_cap : 4096;
@@ -204,7 +382,6 @@ static bool fw_prof_grow_samples(void) {
   if (fw_samples_cap && fw_samples_live * 4 < fw_samples_cap) cap = fw_samples_cap;
   fw_sample_rec_t *t = fw_os_map(cap * sizeof *t, 0, 0);
   if (!t) return false;
-  memset(t, 0, cap * sizeof *t);
   for (size_t i = 0; i < fw_samples_cap; i++) {
     if (fw_samples[i].block <= 1) continue;
     size_t j = fw_mix(fw_samples[i].block) & (cap - 1);
@@ -218,6 +395,71 @@ static bool fw_prof_grow_samples(void) {
   return true;
 }
 
+static bool fw_prof_table_put(uintptr_t block, uint32_t site, size_t size, int64_t objects) {
+  bool ok = false;
+  fw_lock_acquire(&fw_prof_lock);
+  if ((fw_samples_used + 1) * 2 <= fw_samples_cap || fw_prof_grow_samples()) {
+    size_t j = fw_mix(block) & (fw_samples_cap - 1);
+    while (fw_samples[j].block > 1) j = (j + 1) & (fw_samples_cap - 1);
+    if (!fw_samples[j].block) fw_samples_used++;
+    fw_samples[j] = (fw_sample_rec_t){block, site, size, objects};
+    fw_samples_live++;
+    ok = true;
+  }
+  fw_lock_release(&fw_prof_lock);
+  return ok;
+}
+
+/* The sample of block, taken out of the table: its site, or 0. */
+static uint32_t fw_prof_table_take(uintptr_t block, size_t *size, int64_t *objects) {
+  uint32_t site = 0;
+  fw_lock_acquire(&fw_prof_lock);
+  if (fw_samples_cap) {
+    size_t j = fw_mix(block) & (fw_samples_cap - 1);
+    for (; fw_samples[j].block; j = (j + 1) & (fw_samples_cap - 1)) {
+      if (fw_samples[j].block != block) continue;
+      site = fw_samples[j].site;
+      *size = fw_samples[j].size;
+      *objects = fw_samples[j].objects;
+      fw_samples[j].block = 1;
+      fw_samples_live--;
+      break;
+    }
+  }
+  fw_lock_release(&fw_prof_lock);
+  return site;
+}
+
+/* ---- the page's count of its sampled blocks ------------------------------------------
+ * page->sampled counts them; sampled_at is the offset of the one there is
+ * while the count is 1, so that the page's other frees need not look
+ * theirs up (here and in free.c). Once two were there together, which one
+ * is left when one goes is not known: FW_SAMPLED_MANY then stays in the
+ * count, which is never 1 again, until the last one goes. */
+#define FW_SAMPLED_MANY 0x80000000u
+
+static void fw_prof_count(fw_page_t *page, uint32_t off) {
+  uint32_t old = atomic_load_explicit(&page->sampled, memory_order_relaxed), n;
+  do {
+    n = old ? (old + 1) | FW_SAMPLED_MANY : 1;
+    if (!old) atomic_store_explicit(&page->sampled_at, off, memory_order_relaxed);
+  } while (!atomic_compare_exchange_weak_explicit(&page->sampled, &old, n, memory_order_relaxed,
+                                                  memory_order_relaxed));
+}
+
+static void fw_prof_uncount(fw_page_t *page) {
+  uint32_t n = atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed) - 1;
+  if (n == FW_SAMPLED_MANY)
+    atomic_compare_exchange_strong_explicit(&page->sampled, &n, 0, memory_order_relaxed, memory_order_relaxed);
+}
+
+static fw_side_t *fw_prof_side(const fw_page_t *page, uintptr_t block) {
+  size_t i = (block - (uintptr_t)page->area) / page->block_size;
+  return (fw_side_t *)(page->area + (size_t)page->reserved * page->block_size) + i;
+}
+
+/* ---- taking and forgetting samples ------------------------------------------------ */
+
 static void fw_prof_dump_growth(unsigned n) {
   const char *dir = fw_topt(REPORT_DIR);
   if (!dir) return;
@@ -226,44 +468,49 @@ static void fw_prof_dump_growth(unsigned n) {
   if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
 }
 
-/* ---- taking and forgetting samples ------------------------------------------------ */
+static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
+  int64_t space = fw_prof_space(objects, size);
+  fw_site_t *st = fw_site_at(site);
+  atomic_fetch_add_explicit(&st->freed_objects, objects, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->freed_space, space, memory_order_relaxed);
+  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
+}
 
 static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   if (!p || heap == &fw_heap_empty) return;
-  uintptr_t pcs[FW_PROF_FRAMES];
-  size_t n = fw_check_stack(pcs, FW_PROF_FRAMES);
+  fw_prof_cache_t *c = fw_prof_cache_of(heap);
+  uint32_t site = fw_prof_site_here(c);
+  if (!site) return;
+  int64_t objects = c ? fw_prof_weigh(c, size) : fw_prof_weight(size);
   fw_page_t *page = fw_ptr_page(p);
-  uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
-  /* what the sample stands for: 1 / P(an allocation of this size is sampled) */
-  double s = size ? (double)size : 1, prob = 1 - fw_exp_neg(s / fw_prof_rate);
-  double objects = prob > 0 ? 1 / prob : 1;
-  unsigned dump = 0;
-  fw_lock_acquire(&fw_prof_lock);
-  size_t site = fw_prof_site(pcs, n);
-  if (site != SIZE_MAX && ((fw_samples_used + 1) * 2 <= fw_samples_cap || fw_prof_grow_samples())) {
-    fw_site_rec_t *st = &fw_sites[site];
-    st->alloc_objects += objects;
-    st->alloc_space += objects * s;
-    st->inuse_objects += objects;
-    st->inuse_space += objects * s;
-    size_t j = fw_mix(block) & (fw_samples_cap - 1);
-    while (fw_samples[j].block > 1) j = (j + 1) & (fw_samples_cap - 1);
-    if (!fw_samples[j].block) fw_samples_used++;
-    fw_samples[j] = (fw_sample_rec_t){block, (uint32_t)site, objects, objects * s};
-    fw_samples_live++;
-    fw_prof_inuse += objects * s;
-    if (fw_prof_growth > 0 && fw_prof_inuse >= fw_prof_next_dump) {
-      dump = ++fw_prof_dumps;
-      fw_prof_next_dump = fw_prof_inuse + fw_prof_growth;
+  /* the page is the caller's: it was just allocated from */
+  if (page->kind == FW_KIND_LARGE) {
+    page->prof_size = size;
+    page->prof_objects = objects;
+    atomic_store_explicit(&page->sampled_at, site, memory_order_relaxed);
+    atomic_store_explicit(&page->sampled, 1, memory_order_relaxed);
+  } else {
+    uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
+    if (page->prof_side) {
+      *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
+    } else if (!fw_prof_table_put(block, site, size, objects)) {
+      return;
     }
-    /* the page's frees now come here: the flag fails the free fast path.
-     * The page is the caller's: it was just allocated from */
-    atomic_store_explicit(&page->sampled_at, (uint32_t)(block - (uintptr_t)page->area), memory_order_relaxed);
-    atomic_fetch_add_explicit(&page->sampled, 1, memory_order_relaxed);
-    if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
+    fw_prof_count(page, (uint32_t)(block - (uintptr_t)page->area));
   }
-  fw_lock_release(&fw_prof_lock);
-  if (dump) fw_prof_dump_growth(dump);
+  /* the page's frees now come here: the flag fails the free fast path */
+  if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
+  int64_t space = fw_prof_space(objects, size);
+  fw_site_t *st = fw_site_at(site);
+  atomic_fetch_add_explicit(&st->alloc_objects, objects, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->alloc_space, space, memory_order_relaxed);
+  if (fw_prof_growth) {
+    int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
+    int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
+    if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
+                                                               memory_order_relaxed, memory_order_relaxed))
+      fw_prof_dump_growth(atomic_fetch_add_explicit(&fw_prof_dumps, 1, memory_order_relaxed) + 1);
+  }
 }
 
 /* A sampled small block is handed out from the heap's page of sampled
@@ -274,13 +521,16 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
  * in cautious mode and at the secure level, whose marks a move would have
  * to keep), of another heap, and large ones stay where they are (their
  * page is flagged). */
-static void *fw_prof_move(fw_heap_t *heap, void *p) {
-  if (!p) return p;
-  fw_page_t *page = fw_ptr_page(p);
-  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
-      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
-    return p;
+static FW_NOINLINE void *fw_prof_move_to(fw_heap_t *heap, fw_page_t *page, void *p) {
+  /* the sampled small blocks of the classes up to a power of two share
+   * the page of that one's: a heap that samples many sizes sets up a few
+   * such pages, not one per class (a sampled block may be up to twice the
+   * size its class would give: it is one in many). Not the medium ones,
+   * whose pages hold few blocks: one shared by several classes would be
+   * used up, and another set up, all the more often. */
+  size_t bs = page->block_size, up = (size_t)1 << (64 - __builtin_clzll((uint64_t)bs - 1));
   size_t cls = page->cls;
+  if (up <= FW_SMALL_MAX && fw_class_size[fw_size_class(up)] == up) cls = fw_size_class(up);
   fw_page_t *sp = heap->samples[cls];
   fw_block_t *b = sp ? fw_page_take(sp) : NULL;
   if (!b) {
@@ -293,6 +543,15 @@ static void *fw_prof_move(fw_heap_t *heap, void *p) {
   }
   if (fw_page_push_uncounted(page, (fw_block_t *)p)) fw_heap_page_empty(page);
   return b;
+}
+
+FW_INLINE void *fw_prof_move(fw_heap_t *heap, void *p) {
+  if (!p) return p;
+  fw_page_t *page = fw_ptr_page(p);
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 ||
+      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
+    return p;
+  return fw_prof_move_to(heap, page, p);
 }
 
 static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
@@ -323,29 +582,35 @@ void fw_prof_account(void *p, size_t size) {
 }
 
 void fw_prof_free(fw_page_t *page, const void *b) {
-  /* most flagged pages hold one sampled block: the other frees from the
-   * page need not look it up */
-  uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
-  if (n == 1 && (uintptr_t)b - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed))
-    return;
-  if (n == 0) goto unflag;
-  fw_lock_acquire(&fw_prof_lock);
-  if (fw_samples_cap) {
-    size_t j = fw_mix((uintptr_t)b) & (fw_samples_cap - 1);
-    for (; fw_samples[j].block; j = (j + 1) & (fw_samples_cap - 1)) {
-      if (fw_samples[j].block != (uintptr_t)b) continue;
-      fw_site_rec_t *st = &fw_sites[fw_samples[j].site];
-      st->inuse_objects -= fw_samples[j].objects;
-      st->inuse_space -= fw_samples[j].space;
-      fw_prof_inuse -= fw_samples[j].space;
-      fw_samples[j].block = 1;
-      fw_samples_live--;
-      atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed);
-      break;
+  uint32_t site = 0;
+  size_t size = 0;
+  int64_t objects = 0;
+  if (page->kind == FW_KIND_LARGE) {
+    /* one block: the record is the page's */
+    if (atomic_load_explicit(&page->sampled, memory_order_relaxed)) {
+      atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
+      fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size,
+                     page->prof_objects);
+    }
+  } else if (page->prof_side) {
+    fw_side_t *r = fw_prof_side(page, (uintptr_t)b);
+    if (r->site) {
+      site = r->site;
+      r->site = 0;
+      fw_prof_forget(site, r->size, r->objects);
+      fw_prof_uncount(page);
+    }
+  } else {
+    /* most flagged pages hold one sampled block: the other frees from the
+     * page need not look it up */
+    uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
+    if (n == 1 && (uintptr_t)b - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed))
+      return;
+    if (n && (site = fw_prof_table_take((uintptr_t)b, &size, &objects)) != 0) {
+      fw_prof_forget(site, size, objects);
+      fw_prof_uncount(page);
     }
   }
-  fw_lock_release(&fw_prof_lock);
-unflag:
   /* only the owner changes the page's flags */
   if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&
       atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
@@ -359,23 +624,55 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     if (r->block <= 1) continue;
     fw_page_t *page = fw_ptr_page((void *)r->block);
     if (atomic_load_explicit(&page->heap, memory_order_relaxed) != heap) continue;
-    fw_site_rec_t *st = &fw_sites[r->site];
-    st->inuse_objects -= r->objects;
-    st->inuse_space -= r->space;
-    fw_prof_inuse -= r->space;
+    fw_prof_forget(r->site, r->size, r->objects);
     r->block = 1;
     fw_samples_live--;
-    atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed);
+    fw_prof_uncount(page);
   }
   fw_lock_release(&fw_prof_lock);
+  /* the samples the heap's pages keep */
+  for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
+    const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
+    for (fw_page_t *pg = q->first; pg; pg = pg->next) {
+      if (pg->kind == FW_KIND_LARGE) {
+        if (atomic_load_explicit(&pg->sampled, memory_order_relaxed)) {
+          fw_prof_forget(atomic_load_explicit(&pg->sampled_at, memory_order_relaxed), pg->prof_size,
+                         pg->prof_objects);
+          atomic_store_explicit(&pg->sampled, 0, memory_order_relaxed);
+        }
+      } else if (pg->prof_side) {
+        fw_side_t *r = fw_prof_side(pg, (uintptr_t)pg->area);
+        for (uint32_t i = 0; i < pg->capacity; i++) {
+          if (!r[i].site) continue;
+          fw_prof_forget(r[i].site, r[i].size, r[i].objects);
+          r[i].site = 0;
+          fw_prof_uncount(pg);
+        }
+      }
+    }
+  }
+}
+
+/* A site's four counts: objects in 1/65536ths. In-use ones are read freed
+ * side first, and may run ahead of a free made meanwhile, never behind. */
+static void fw_site_counts(const fw_site_t *st, int64_t v[4]) {
+  int64_t fo = atomic_load_explicit(&st->freed_objects, memory_order_acquire);
+  int64_t fs = atomic_load_explicit(&st->freed_space, memory_order_acquire);
+  v[0] = atomic_load_explicit(&st->alloc_objects, memory_order_acquire);
+  v[1] = atomic_load_explicit(&st->alloc_space, memory_order_acquire);
+  v[2] = v[0] - fo > 0 ? v[0] - fo : 0;
+  v[3] = v[1] - fs > 0 ? v[1] - fs : 0;
 }
 
 void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs, double objects, double bytes, void *arg),
                          void *arg) {
   fw_lock_acquire(&fw_prof_lock);
-  for (size_t i = 0; i < fw_sites_cap; i++) {
-    const fw_site_rec_t *st = &fw_sites[i];
-    if (st->hash && st->inuse_objects >= 0.5) fn(st->pcs, st->npcs, st->inuse_objects, st->inuse_space, arg);
+  for (uint32_t i = 1; i <= fw_sites_n; i++) {
+    const fw_site_t *st = fw_site_at(i);
+    int64_t v[4];
+    fw_site_counts(st, v);
+    double objects = (double)v[2] / (1 << FW_OBJ_SHIFT);
+    if (objects >= 0.5) fn(st->pcs, st->npcs, objects, (double)v[3], arg);
   }
   fw_lock_release(&fw_prof_lock);
 }
@@ -389,11 +686,12 @@ int fw_prof_dump_fd(int fd) {
   fw_pprof_t *pp = fw_pprof_new(types, 4, period, (int64_t)fw_prof_rate);
   if (!pp) return -1;
   fw_lock_acquire(&fw_prof_lock);
-  for (size_t i = 0; i < fw_sites_cap; i++) {
-    const fw_site_rec_t *st = &fw_sites[i];
-    if (!st->hash) continue;
-    int64_t v[4] = {(int64_t)(st->alloc_objects + 0.5), (int64_t)(st->alloc_space + 0.5),
-                    (int64_t)(st->inuse_objects + 0.5), (int64_t)(st->inuse_space + 0.5)};
+  for (uint32_t i = 1; i <= fw_sites_n; i++) {
+    const fw_site_t *st = fw_site_at(i);
+    int64_t v[4];
+    fw_site_counts(st, v);
+    v[0] = (v[0] + (1 << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT;
+    v[2] = (v[2] + (1 << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT;
     fw_pprof_add(pp, st->pcs, st->npcs, v);
   }
   fw_lock_release(&fw_prof_lock);

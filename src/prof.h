@@ -8,6 +8,13 @@
 FW_HIDDEN extern bool fw_prof_on;
 /* Reads the options; before the first heap is set up. */
 FW_HIDDEN void fw_prof_init(void);
+/* The profiler's cache of a thread's data (tld->prof_cache) passes to
+ * another thread: what it kept of the last one's stacks goes. */
+FW_HIDDEN void fw_prof_cache_reset(void *cache);
+/* Around fork() (thread.c). */
+FW_HIDDEN void fw_prof_fork_prepare(void);
+FW_HIDDEN void fw_prof_fork_parent(void);
+FW_HIDDEN void fw_prof_fork_child(void);
 /* The countdown of heap ran out at the allocation of p (size bytes
  * requested; p may be NULL, heap may be fw_heap_empty): records p with the
  * caller's stack and starts the next countdown. */

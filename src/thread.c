@@ -43,9 +43,11 @@ static void fw_fork_prepare(void) {
   fw_heap_fork_prepare();
   fw_abandon_fork_prepare();
   fw_arena_fork_prepare();
+  fw_prof_fork_prepare();
 }
 static void fw_fork_parent(void) {
   if (atomic_load(&fw_process_state) != 2) return;
+  fw_prof_fork_parent();
   fw_arena_fork_parent();
   fw_abandon_fork_parent();
   fw_heap_fork_parent();
@@ -54,6 +56,7 @@ static void fw_fork_parent(void) {
 }
 static void fw_fork_child(void) {
   if (atomic_load(&fw_process_state) != 2) return;
+  fw_prof_fork_child();
   fw_arena_fork_child();
   fw_abandon_fork_child();
   fw_heap_fork_child();
@@ -90,7 +93,13 @@ static fw_heap_t *fw_thread_setup(void) {
   if (fresh) tld = fw_meta_alloc(sizeof(fw_tld_t));
   if (!tld) return NULL;
   fw_tld_t *all_next = tld->all_next;
+  void *prof_cache = tld->prof_cache;
   memset(tld, 0, sizeof *tld);
+  if (prof_cache) {
+    /* another thread's walks: they name its stack */
+    fw_prof_cache_reset(prof_cache);
+    tld->prof_cache = prof_cache;
+  }
   if (fresh) {
     fw_tld_t *head = atomic_load_explicit(&fw_tld_all, memory_order_relaxed);
     do tld->all_next = head;

@@ -41,6 +41,9 @@ enum {
   FW_PF_SAMPLES = 64,  /* serves the heap profiler's sampled blocks only: stays in
                           the heap's full list (heap.c) */
 };
+/* Bytes after the blocks of a page of sampled blocks (FW_PF_SAMPLES) for
+ * each block: the heap profiler's record of it (prof.c). */
+#define FW_PROF_SIDE 16
 
 /* Segment kinds; a page's kind is SMALL, MEDIUM or LARGE (one block).
  *   SMALL   64 pages of one 64 KiB slice, blocks up to FW_SMALL_MAX (8 KiB)
@@ -79,14 +82,26 @@ struct fw_page_s {
       uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
       uint8_t idle;              /* seen unused by the last idle scan / cache look */
       uint8_t adopted;           /* taken over from another heap (fw_page_adopt) */
+      uint8_t prof_side;         /* the heap profiler's records of the blocks follow
+                                    them (FW_PROF_SIDE bytes a block): a page of
+                                    sampled blocks, or one that was (prof.c) */
       uint32_t aligned_live;     /* FW_PF_ALIGNED: interior blocks handed out and not
                                     yet freed by the owner (the flag goes with the last) */
-      uint8_t *fresh;            /* blocks > FW_DIRECT_MAX: from here on never handed
+      union {
+        uint8_t *fresh;          /* blocks > FW_DIRECT_MAX: from here on never handed
                                     out (zero but for the link word if is_zero) */
-      fw_block_t *later;         /* FREEWAY_SECURE: the owner's frees, a list moved to
+        int64_t prof_objects;    /* FW_KIND_LARGE: what its block's sample stands for,
+                                    if the heap profiler sampled it (prof.c) */
+      };
+      union {
+        fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
                                     free only once free is used up (delayed reuse) */
+        size_t prof_size;        /* FW_KIND_LARGE (never on a list): the size asked
+                                    for of its block, if the heap profiler sampled it */
+      };
       _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c) */
-      _Atomic(uint32_t) sampled_at; /* the offset from area of the last one sampled */
+      _Atomic(uint32_t) sampled_at; /* the offset from area of the one sampled, if one;
+                                       FW_KIND_LARGE: its call site's number */
       uint64_t frees;            /* blocks freed since the slot became a page (the
                                     ledger's counts: folded into the owner's
                                     fw_counts_t when the slot is given back) */
@@ -218,6 +233,8 @@ struct fw_tld_s {
   fw_tld_t *pool_next;
   fw_tld_t *all_next;               /* every tld ever made (never freed): reports */
   fw_counts_t counts;
+  void *prof_cache;                 /* the heap profiler's (prof.c): kept when the
+                                       struct is recycled, emptied for the next thread */
 };
 
 /* ---- address arithmetic ----------------------------------------------------
