@@ -18,7 +18,11 @@
  * quarter of them freed by the next thread, before the blocks above. With
  * "idle" it allocates nothing (the baseline of the process's memory). With
  * "pool" it also takes 5000 objects of 200 bytes from an object pool
- * (fw_pool_new, found at run time) and gives 2000 of them back. */
+ * (fw_pool_new, found at run time) and gives 2000 of them back. With
+ * "edges", for the heap profiler: 100 blocks of 64 bytes from site_calloc,
+ * freed last first (samples that stay on their page, several on one), and
+ * 20000 blocks of 1 KiB from site_aligned (aligned_alloc with an alignment
+ * of 16), each freed at once. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -96,6 +100,30 @@ __attribute__((noinline)) void *site_thread(size_t n) {
   __asm__ volatile("" ::: "memory");
   return p;
 }
+__attribute__((noinline)) void *site_calloc(size_t n) {
+  void *p = calloc(1, n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) void *site_aligned(size_t n) {
+  void *p = aligned_alloc(16, n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+static int profile_edges(void) {
+  static void *c[100];
+  for (int i = 0; i < 100; i++)
+    if (!(c[i] = site_calloc(64))) return 1;
+  for (int i = 99; i >= 0; i--) free(c[i]);
+  for (int i = 0; i < 20000; i++) {
+    void *p = site_aligned(1024);
+    if (!p) return 1;
+    free(p);
+  }
+  return 0;
+}
+
 /* A user heap (freeway's fw_heap_* API, found at run time: the program is
  * not linked to freeway), 500 blocks from site_heap, destroyed whole. */
 __attribute__((noinline)) void *site_heap(void *(*heap_malloc)(void *, size_t), void *heap, size_t n) {
@@ -174,6 +202,7 @@ int main(int argc, char **argv) {
   memset(keep[2 * N_SMALL + N_THREAD + 1], 5, 3u << 20);
   if (strcmp(mode, "heap") == 0 && user_heap() != 0) return 1;
   if (strcmp(mode, "pool") == 0 && object_pool() != 0) return 1;
+  if (strcmp(mode, "edges") == 0 && profile_edges() != 0) return 1;
   if (strcmp(mode, "counts") == 0) {
     for (int i = 0; i < N_CROSS; i++)
       if (!(cross[i] = malloc(5000))) return 1;
