@@ -80,7 +80,6 @@ static uint32_t fw_sites_n; /* under fw_prof_lock */
  * hash's upper half and the site's number (0: empty), filled once. */
 typedef struct fw_site_table_s {
   size_t cap;
-  struct fw_site_table_s *older;
   _Atomic(uint64_t) slot[];
 } fw_site_table_t;
 static _Atomic(fw_site_table_t *) fw_site_table;
@@ -320,7 +319,6 @@ static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t) {
   fw_site_table_t *nt = fw_os_map(sizeof *nt + cap * sizeof nt->slot[0], 0, 0);
   if (!nt) return NULL;
   nt->cap = cap;
-  nt->older = t;
   for (uint32_t i = 1; i <= fw_sites_n; i++) fw_site_place(nt, fw_site_at(i)->hash, i);
   atomic_store_explicit(&fw_site_table, nt, memory_order_release);
   return nt;
@@ -476,6 +474,24 @@ static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
   if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
 }
 
+/* A large block's sample, kept in its page descriptor: forgotten if it
+ * has one. */
+static void fw_prof_forget_large(fw_page_t *page) {
+  if (!atomic_load_explicit(&page->sampled, memory_order_relaxed)) return;
+  atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
+  fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size, page->prof_objects);
+}
+
+/* The sample a block of a page of sampled blocks keeps in its record:
+ * forgotten if it has one. */
+static void fw_prof_forget_side(fw_page_t *page, fw_side_t *r) {
+  if (!r->site) return;
+  uint32_t site = r->site;
+  r->site = 0;
+  fw_prof_forget(site, r->size, r->objects);
+  fw_prof_uncount(page);
+}
+
 static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   if (!p || heap == &fw_heap_empty) return;
   fw_prof_cache_t *c = fw_prof_cache_of(heap);
@@ -582,31 +598,20 @@ void fw_prof_account(void *p, size_t size) {
 }
 
 void fw_prof_free(fw_page_t *page, const void *b) {
-  uint32_t site = 0;
-  size_t size = 0;
-  int64_t objects = 0;
   if (page->kind == FW_KIND_LARGE) {
-    /* one block: the record is the page's */
-    if (atomic_load_explicit(&page->sampled, memory_order_relaxed)) {
-      atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
-      fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size,
-                     page->prof_objects);
-    }
+    fw_prof_forget_large(page);  /* one block: the record is the page's */
   } else if (page->prof_side) {
-    fw_side_t *r = fw_prof_side(page, (uintptr_t)b);
-    if (r->site) {
-      site = r->site;
-      r->site = 0;
-      fw_prof_forget(site, r->size, r->objects);
-      fw_prof_uncount(page);
-    }
+    fw_prof_forget_side(page, fw_prof_side(page, (uintptr_t)b));
   } else {
     /* most flagged pages hold one sampled block: the other frees from the
      * page need not look it up */
     uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
     if (n == 1 && (uintptr_t)b - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed))
       return;
-    if (n && (site = fw_prof_table_take((uintptr_t)b, &size, &objects)) != 0) {
+    size_t size = 0;
+    int64_t objects = 0;
+    uint32_t site = n ? fw_prof_table_take((uintptr_t)b, &size, &objects) : 0;
+    if (site) {
       fw_prof_forget(site, size, objects);
       fw_prof_uncount(page);
     }
@@ -635,19 +640,10 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     for (fw_page_t *pg = q->first; pg; pg = pg->next) {
       if (pg->kind == FW_KIND_LARGE) {
-        if (atomic_load_explicit(&pg->sampled, memory_order_relaxed)) {
-          fw_prof_forget(atomic_load_explicit(&pg->sampled_at, memory_order_relaxed), pg->prof_size,
-                         pg->prof_objects);
-          atomic_store_explicit(&pg->sampled, 0, memory_order_relaxed);
-        }
+        fw_prof_forget_large(pg);
       } else if (pg->prof_side) {
         fw_side_t *r = fw_prof_side(pg, (uintptr_t)pg->area);
-        for (uint32_t i = 0; i < pg->capacity; i++) {
-          if (!r[i].site) continue;
-          fw_prof_forget(r[i].site, r[i].size, r[i].objects);
-          r[i].site = 0;
-          fw_prof_uncount(pg);
-        }
+        for (uint32_t i = 0; i < pg->capacity; i++) fw_prof_forget_side(pg, &r[i]);
       }
     }
   }
