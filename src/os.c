@@ -766,6 +766,26 @@ FW_INLINE int fw_quick_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *bp, fw_trac
   return 1;
 }
 
+/* The walk from a caller's state (pc, sp, bp): the leading frames in
+ * [skip_lo, skip_hi) stepped over, then up to max return addresses into
+ * pcs; SIZE_MAX if the quick walk cannot step. t: NULL, or where the
+ * words that steered it are noted. */
+FW_INLINE size_t fw_quick_walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr_t *pcs, size_t max,
+                               uintptr_t skip_lo, uintptr_t skip_hi, fw_trace_t *t) {
+  unsigned walked = 0;
+  int r = 1;
+  for (; pc - skip_lo < skip_hi - skip_lo; walked++) {
+    if (walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, t)) <= 0) return r ? SIZE_MAX : 0;
+  }
+  size_t n = 0;
+  while (pc) {
+    pcs[n++] = pc;
+    if (n == max || ++walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, t)) == 0) break;
+    if (r < 0) return SIZE_MAX;
+  }
+  return n;
+}
+
 FW_NOINLINE size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi) {
   if (!fw_quick_ready) return SIZE_MAX;
   if (!max) return 0;
@@ -774,19 +794,7 @@ FW_NOINLINE size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t s
   const uintptr_t *fp = __builtin_frame_address(0);
   uintptr_t pc = (uintptr_t)__builtin_return_address(0);
   uintptr_t sp = (uintptr_t)fp + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp);
-  unsigned walked = 0;
-  int r = 1;
-  /* the leading frames in [skip_lo, skip_hi): stepped over, not kept */
-  for (; pc - skip_lo < skip_hi - skip_lo; walked++) {
-    if (walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, NULL)) <= 0) return r ? SIZE_MAX : 0;
-  }
-  size_t n = 0;
-  while (pc) {
-    pcs[n++] = pc;
-    if (n == max || ++walked == 64 || (r = fw_quick_step(&pc, &sp, &bp, NULL)) == 0) break;
-    if (r < 0) return SIZE_MAX;
-  }
-  return n;
+  return fw_quick_walk(pc, sp, bp, pcs, max, skip_lo, skip_hi, NULL);
 }
 
 FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi) {
@@ -811,22 +819,10 @@ FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t ski
   fw_bt_walk_t *w = &ways[k];
   fw_trace_t t = {w, true, true, true, 0};
   w->sp = 0;
-  w->nreads = w->npcs = w->bp_used = w->tag = 0;
-  uintptr_t cpc = pc, csp = sp, cbp = bp;
-  unsigned walked = 0;
-  int r = 1;
-  for (; cpc - skip_lo < skip_hi - skip_lo; walked++) {
-    if (walked == 64 || (r = fw_quick_step(&cpc, &csp, &cbp, &t)) <= 0) {
-      if (r) return NULL;
-      goto done;
-    }
-  }
-  while (cpc) {
-    w->pcs[w->npcs++] = cpc;
-    if (w->npcs == FW_BT_FRAMES || ++walked == 64 || (r = fw_quick_step(&cpc, &csp, &cbp, &t)) == 0) break;
-    if (r < 0) return NULL;
-  }
-done:
+  w->nreads = w->bp_used = w->tag = 0;
+  size_t n = fw_quick_walk(pc, sp, bp, w->pcs, FW_BT_FRAMES, skip_lo, skip_hi, &t);
+  if (n == SIZE_MAX) return NULL;
+  w->npcs = (uint32_t)n;
   if (t.keep) {
     w->sp = sp;
     w->pc = pc;
