@@ -70,7 +70,7 @@ def experiments(scale):
         speed.append(("%dT x %s, 256B-%sB" % (t, human(ops), human(top, True)), "speed",
                       ["--threads", t, "--ops", ops, "--min", 256, "--max", top]))
     frag = []
-    # bench/run.py's Frag.LARGE, at 1/10 of its blocks, 3 loops
+    # bench/run.py's Frag.LARGE without its 10-thread row, at 1/10 of its blocks, 3 loops
     for t, n, top in ((2, 2000000, 256), (4, 800000, 512), (8, 200000, 1024), (12, 15000, 1536)):
         ptrs = count(n // 10, scale)
         frag.append(("%dT x %s, 128B-%sB" % (t, human(ptrs), human(top, True)), "frag",

@@ -144,12 +144,10 @@ void fw_os_unmap(void *p, size_t size) {
  * module's (freeway.dll, or the program again when linked statically). */
 void *fw_os_symbol(const char *name) {
   HMODULE self = NULL;
-  FARPROC f = GetProcAddress(GetModuleHandleA(NULL), name);
-  if (!f && GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+  void *r = fw_os_module_symbol(GetModuleHandleA(NULL), name);
+  if (!r && GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
                                (LPCSTR)(const void *)&fw_page_size_real, &self))
-    f = GetProcAddress(self, name);
-  void *r;
-  memcpy(&r, &f, sizeof r);  /* a code address as data, without a cast between the two kinds */
+    r = fw_os_module_symbol(self, name);
   return r;
 }
 
@@ -518,7 +516,7 @@ void *fw_os_module_symbol(void *module, const char *name) {
   if (!module) return NULL;
   FARPROC f = GetProcAddress((HMODULE)module, name);
   void *r;
-  memcpy(&r, &f, sizeof r);
+  memcpy(&r, &f, sizeof r);  /* a code address as data, without a cast between the two kinds */
   return r;
 }
 
@@ -601,7 +599,7 @@ static VOID CALLBACK fw_module_notify(ULONG reason, const void *data, PVOID ctx)
 }
 
 bool fw_os_on_module_load(void (*fn)(void)) {
-  FARPROC f = GetProcAddress(GetModuleHandleA("ntdll.dll"), "LdrRegisterDllNotification");
+  void *f = fw_os_module_symbol(fw_os_module("ntdll.dll"), "LdrRegisterDllNotification");
   if (!f) return false;
   fw_ldr_register_fn reg;
   memcpy(&reg, &f, sizeof reg);

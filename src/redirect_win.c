@@ -27,6 +27,7 @@
 #include "os.h"
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 
 /* The C runtime DLLs whose functions are redirected. api-ms-win-crt-heap-
  * l1-1-0.dll forwards to ucrtbase.dll. */
@@ -380,18 +381,9 @@ __attribute__((constructor)) static void fw_redirect_start(void) {
 
 bool fw_redirect_owns(const void *p) { return fw_owns_block(p); }
 
-static bool fw_name_eq(const char *a, const char *b) {
-  for (;; a++, b++) {
-    char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
-    char y = *b >= 'A' && *b <= 'Z' ? (char)(*b - 'A' + 'a') : *b;
-    if (x != y) return false;
-    if (!x) return true;
-  }
-}
-
 unsigned fw_redirect_patched(const char *dll) {
   if (!dll) return 0;
   for (size_t i = 0; i < FW_RTS; i++)
-    if (fw_name_eq(dll, fw_rt_names[i])) return fw_rts[i].patched;
+    if (!strcasecmp(dll, fw_rt_names[i])) return fw_rts[i].patched;
   return 0;
 }

@@ -244,6 +244,9 @@ static bool loaded_late;
 static void late_runtime(void) {
   CHECK(patched(FWT_OTHER) > 0);
   loaded_late = GetModuleHandleA("msvcr100.dll") == NULL;
+  /* already there, it was patched with the others at the load of the DLL,
+   * and the checks below would pass without a load notification */
+  CHECK(loaded_late);
   HMODULE other = LoadLibraryA("msvcr100.dll");
   CHECK(other != NULL);
   if (!other) return;
