@@ -2,9 +2,11 @@
  * kernel keeps for each mapping (the "hg" and "nh" flags of
  * /proc/self/smaps), which does not depend on huge pages being free:
  *   advice:  a thread that has filled a segment of small blocks gets
- *            huge pages for the next ones; its first one stays on 4 KiB
- *            pages, and a thread with less than that gets none, so a
- *            small heap's RSS tracks its use;
+ *            huge pages for the next ones; its first one gets them once
+ *            the thread reaches its upper half piling blocks up (pages
+ *            full behind it); a thread with less than half a segment, or
+ *            one that reaches the upper half with its pages mostly free,
+ *            gets none, so a small or steady heap's RSS tracks its use;
  *   medium:  blocks of medium pages (8-128 KiB) never get them, however
  *            many: a calloc'd block left untouched must stay out of RSS;
  *   split:   a burst in huge pages, freed but for one block per 2 MiB and
@@ -122,8 +124,8 @@ static void *advice_thread(void *arg) {
   vma_flags(r.v[r.n - 1], last, sizeof last);
   fwt_log("advice: %zu MiB of 256 B blocks: first block's mapping [%s], last block's [%s]", burst / MiB, first,
           last);
-  CHECKF(has_flag(first, "nh") && !has_flag(first, "hg"),
-         "the first segment of a thread asks for huge pages: flags [%s]", first);
+  CHECKF(has_flag(first, "hg"), "a thread that filled its first segment with blocks it keeps: no huge pages "
+         "asked for it: flags [%s]", first);
   CHECKF(has_flag(last, "hg"), "a thread with %zu MiB of small blocks got no huge pages: flags [%s]", burst / MiB,
          last);
   /* the second segment: taken once the first was full */
@@ -140,31 +142,88 @@ static void *advice_thread(void *arg) {
   return NULL;
 }
 
-/* Less than a segment of small blocks: 4 KiB pages only. */
-static void *advice_small_thread(void *arg) {
+/* Blocks kept, 1 KiB each: with 1.5 MiB the thread is still in the lower
+ * half of its first segment, 4 KiB pages; at 3 MiB the upper half, reached
+ * with the lower one's pages full, asks for huge pages. */
+static void *advice_pile_thread(void *arg) {
   (void)arg;
-  enum { N = 3072 };  /* 3 MiB of 1 KiB blocks */
+  enum { N = 3072, HALF = 1536 };
   static char *v[N];
   for (size_t i = 0; i < N; i++) {
+    if (i == HALF) {
+      for (size_t k = 0; k < HALF; k += 256) {  /* smaps is read whole each time */
+        char flags[512];
+        vma_flags(v[k], flags, sizeof flags);
+        CHECKF(!has_flag(flags, "hg"), "a thread with 1.5 MiB of small blocks got huge pages: block %zu at %p, "
+               "flags [%s]", k, (void *)v[k], flags);
+      }
+    }
     v[i] = A.malloc(1024);
     CHECK(v[i] != NULL);
     memset(v[i], 1, 1024);
   }
-  for (size_t i = 0; i < N; i++) {
-    char flags[512];
-    vma_flags(v[i], flags, sizeof flags);
-    CHECKF(!has_flag(flags, "hg"), "a thread with 3 MiB of small blocks got huge pages: block %zu at %p, flags [%s]",
-           i, (void *)v[i], flags);
-    i += 255;  /* a block per 256 KiB: smaps is read whole each time */
-  }
+  char flags[512];
+  vma_flags(v[N - 1], flags, sizeof flags);
+  fwt_log("advice: 3 MiB of 1 KiB blocks kept: the last one's mapping [%s]", flags);
+  CHECKF(has_flag(flags, "hg"), "a thread piling up 3 MiB of small blocks got no huge pages: flags [%s]", flags);
   for (size_t i = 0; i < N; i++) A.free(v[i]);
+  return NULL;
+}
+
+/* A steady heap spread over many sizes: 32 size classes, each page
+ * filled to 70 % (1.5 MB in use, no page full), then a block of another
+ * class, whose page is the first of the segment's upper half. */
+static void *advice_spread_thread(void *arg) {
+  (void)arg;
+  static const size_t sizes[] = {576,  640,  704,  768,  832,  896,  960,  1024, 1152, 1280, 1408,
+                                 1536, 1664, 1792, 1920, 2048, 2304, 2560, 2816, 3072, 3328, 3584,
+                                 3840, 4096, 4608, 5120, 5632, 6144, 6656, 7168, 7680, 8192};
+  enum { CLASSES = sizeof sizes / sizeof sizes[0], MAX = 64 * 1024 / 576 };
+  static char *v[CLASSES][MAX];
+  size_t n[CLASSES], held = 0;
+  for (size_t c = 0; c < CLASSES; c++) {
+    n[c] = 64 * 1024 * 7 / 10 / sizes[c];
+    for (size_t k = 0; k < n[c]; k++) {
+      v[c][k] = A.malloc(sizes[c]);
+      CHECK(v[c][k] != NULL);
+      memset(v[c][k], 1, sizes[c]);
+      held += sizes[c];
+    }
+  }
+  char *p = A.malloc(512);
+  CHECK(p != NULL);
+  memset(p, 1, 512);
+  CHECKF(((uintptr_t)p & (4 * MiB - 1)) >= 2 * MiB && ((uintptr_t)p & ~(4 * MiB - 1)) == ((uintptr_t)v[0][0] & ~(4 * MiB - 1)),
+         "the block after %d classes' pages, %p, is not in the upper half of the thread's segment (first block %p)",
+         CLASSES, (void *)p, (void *)v[0][0]);
+  char flags[512];
+  vma_flags(p, flags, sizeof flags);
+  fwt_log("advice: %zu bytes over %d classes, no page full: the upper half's first block's mapping [%s]", held,
+          CLASSES, flags);
+  CHECKF(!has_flag(flags, "hg"), "a thread whose pages are partly free got huge pages: block %p, flags [%s]",
+         (void *)p, flags);
+  A.free(p);
+  for (size_t c = 0; c < CLASSES; c++)
+    for (size_t k = 0; k < n[c]; k++) A.free(v[c][k]);
   return NULL;
 }
 
 static void t_advice(void) {
   need_thp(2);
   on_thread(advice_thread);
-  on_thread(advice_small_thread);
+}
+
+/* Each in a process of its own: on memory another thread has touched
+ * before, the upper half gets no huge page at a fault anyway, and none is
+ * asked for. */
+static void t_pile(void) {
+  need_thp(2);
+  on_thread(advice_pile_thread);
+}
+
+static void t_spread(void) {
+  need_thp(2);
+  on_thread(advice_spread_thread);
 }
 
 static void *medium_thread(void *arg) {
@@ -287,6 +346,8 @@ static void t_delay0(void) {
 
 static const fwt_section sections[] = {
   {"advice", t_advice},
+  {"pile", t_pile},
+  {"spread", t_spread},
   {"medium", t_medium},
   {"split", t_split},
   {"large", t_large},
