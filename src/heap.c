@@ -140,8 +140,12 @@ static fw_page_t *fw_heap_large_page(fw_heap_t *heap, size_t size, size_t align)
 void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   FW_ASSERT(heap != &fw_heap_empty);
   fw_page_t *page = NULL;
-  if (heap->lcache_bytes && align <= FW_SLICE_SIZE)
-    page = fw_large_cache_get(heap, (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE);
+  size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
+  if (slices <= FW_SPAN_MAX_SLICES) heap->lcache_recent += slices * FW_SLICE_SIZE;
+  if (heap->lcache_bytes && align <= FW_SLICE_SIZE) {
+    page = fw_large_cache_get(heap, slices);
+    if (!page) fw_large_cache_miss(heap);
+  }
   if (page) {
     page->is_zero = 0;
   } else {

@@ -36,12 +36,31 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
  * against 24 MiB (a block freed to its segment is reused, still dirty, by
  * the best fit of the next request of any size near it). */
 #define FW_LCACHE_MAX_SLICES 16
+
+/* How much the cache may hold: FREEWAY_LARGE_CACHE, or more while the heap
+ * hands out more than that in such blocks between two looks (one purge
+ * delay): a program that allocates a batch of 64 buffers of 1 MiB and
+ * frees it, over and over (bench_objects), would otherwise send 48 of
+ * every 64 frees back to their segment and take them from it again, at
+ * four times the instructions of a cache hit. What the cache holds beyond
+ * the option was in use a purge delay ago, so the peak RSS does not grow;
+ * and a request the cache cannot serve gives those pages back first
+ * (fw_large_cache_miss), so that one size does not sit on memory another
+ * needs. */
+static size_t fw_large_cache_cap(const fw_heap_t *heap) {
+  size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
+  return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
+}
+
+void fw_large_cache_miss(fw_heap_t *heap) {
+  if (heap->lcache_bytes > ((size_t)fw_opt(LARGE_CACHE) << 20)) fw_large_cache_flush(heap, true);
+}
+
 bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
   size_t n = page->slices, bytes = n * FW_SLICE_SIZE;
   long delay = fw_opt(PURGE_DELAY);
   if (n > FW_LCACHE_MAX_SLICES || delay == 0 || (page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED)) ||
-      fw_page_segment(page)->kind != FW_KIND_SPAN ||
-      heap->lcache_bytes + bytes > ((size_t)fw_opt(LARGE_CACHE) << 20))
+      fw_page_segment(page)->kind != FW_KIND_SPAN || heap->lcache_bytes + bytes > fw_large_cache_cap(heap))
     return false;
   page->idle = 0;
   page->used = 0;
@@ -80,6 +99,7 @@ void fw_large_cache_flush(fw_heap_t *heap, bool all) {
       fw_segment_page_free(heap->tld, page);
     }
   }
+  if (!all) heap->lcache_recent = 0;
   long delay = fw_opt(PURGE_DELAY);
   if (heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
 }

@@ -178,6 +178,7 @@ struct fw_heap_s {
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;
+  size_t lcache_recent;            /* bytes of span blocks (up to 2 MiB) handed out since the last look */
   uint64_t lcache_due;             /* ms: next look for cached pages not reused */
   bool is_default;
   /* Last, and never cleared by a memset when the struct is recycled: other

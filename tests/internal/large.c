@@ -1,0 +1,90 @@
+/* large.c — the large-block cache (large.h) on a heap of its own: a batch
+ * of blocks bigger than FREEWAY_LARGE_CACHE, freed and allocated again,
+ * is served from the cache whole; a request of a size the cache does not
+ * hold gives back what it keeps beyond the option first. */
+#include "itest.h"
+#include "heap.h"
+#include "large.h"
+#include "options.h"
+#include "thread.h"
+
+#define MiB ((size_t)1 << 20)
+
+static fw_heap_t *test_heap(void) {
+  fw_process_init();
+  /* no look at the cache during the test, however slow the machine */
+  CHECK(fw_option_set("purge_delay", 600000) == 0);
+  CHECK(fw_option_set("large_cache", 16) == 0);
+  fw_heap_t *def = fw_heap_get_default();
+  CHECK(def != NULL && def->tld != NULL);
+  fw_heap_t *heap = fw_heap_struct_new(def->tld, false);
+  CHECK(heap != NULL);
+  return heap;
+}
+
+/* 64 blocks of 1 MiB, 4 times the option: all of them wait in the cache
+ * once freed, and the next batch takes every one of them back. */
+static void t_large_cache_batch(void) {
+  fw_heap_t *heap = test_heap();
+  enum { N = 64 };
+  void *v[N], *again[N];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++) {
+      v[i] = fw_heap_large_malloc(heap, MiB, 16);
+      CHECK(v[i] != NULL);
+      ((char *)v[i])[0] = (char)i;
+      ((char *)v[i])[MiB - 1] = (char)i;
+    }
+    for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(v[i]), (fw_block_t *)v[i]);
+    CHECKF(heap->lcache_bytes == N * MiB, "round %d: %zu MiB cached after freeing %d blocks of 1 MiB", round,
+           heap->lcache_bytes / MiB, N);
+    for (int i = 0; i < N; i++) {
+      again[i] = fw_heap_large_malloc(heap, MiB, 16);
+      CHECK(again[i] != NULL);
+    }
+    CHECKF(heap->lcache_bytes == 0, "round %d: %zu MiB still cached after taking %d blocks again", round,
+           heap->lcache_bytes / MiB, N);
+    /* the same blocks: every one was a cache hit */
+    for (int i = 0; i < N; i++) {
+      bool found = false;
+      for (int k = 0; k < N && !found; k++) found = again[i] == v[k];
+      CHECKF(found, "round %d: block %p did not come from the cache", round, again[i]);
+    }
+    for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(again[i]), (fw_block_t *)again[i]);
+  }
+  fw_large_cache_flush(heap, true);
+  CHECK(heap->lcache_bytes == 0);
+}
+
+/* A size the cache does not hold: what it keeps beyond the option goes
+ * back to the segments before the request is placed. */
+static void t_large_cache_miss(void) {
+  fw_heap_t *heap = test_heap();
+  enum { N = 40 };
+  void *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = fw_heap_large_malloc(heap, MiB, 16);
+    CHECK(v[i] != NULL);
+  }
+  for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(v[i]), (fw_block_t *)v[i]);
+  CHECKF(heap->lcache_bytes == N * MiB, "%zu MiB cached, expected %d", heap->lcache_bytes / MiB, N);
+  void *p = fw_heap_large_malloc(heap, 640 * 1024, 16);
+  CHECK(p != NULL);
+  CHECKF(heap->lcache_bytes == 0, "a request of another size left %zu MiB in the cache", heap->lcache_bytes / MiB);
+  fw_heap_free_local(fw_ptr_page(p), (fw_block_t *)p);
+  /* within the option, a miss keeps what is cached */
+  CHECK(heap->lcache_bytes == 640 * 1024);
+  void *q = fw_heap_large_malloc(heap, 256 * 1024, 16);
+  CHECK(q != NULL);
+  CHECK(heap->lcache_bytes == 640 * 1024);
+  fw_heap_free_local(fw_ptr_page(q), (fw_block_t *)q);
+  fw_large_cache_flush(heap, true);
+}
+
+int main(int argc, char **argv) {
+  static const it_section sections[] = {
+    {"large_cache_batch", t_large_cache_batch},
+    {"large_cache_miss", t_large_cache_miss},
+  };
+  return it_main(argc, argv, sections, sizeof sections / sizeof sections[0]);
+}
