@@ -44,9 +44,9 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
  * every 64 frees back to their segment and take them from it again, at
  * four times the instructions of a cache hit. What the cache holds beyond
  * the option was in use a purge delay ago, so the peak RSS does not grow;
- * and a request the cache cannot serve gives those pages back first
- * (fw_large_cache_miss), so that one size does not sit on memory another
- * needs. */
+ * and a request the cache cannot serve, while it holds more than the
+ * option, gives all of it back first (fw_large_cache_miss), so that one
+ * size does not sit on memory another needs. */
 static size_t fw_large_cache_cap(const fw_heap_t *heap) {
   size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
   return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;

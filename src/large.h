@@ -10,8 +10,8 @@ FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page);
 /* A freed span page waits in the cache; false if it does not fit there. */
 FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
 FW_HIDDEN fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices);
-/* A request the cache had nothing for: what it holds beyond
- * FREEWAY_LARGE_CACHE goes back to the segments. */
+/* A request the cache had nothing for: if it holds more than
+ * FREEWAY_LARGE_CACHE, all of it goes back to the segments. */
 FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap);
 /* all: every cached page; else those already seen by the previous look */
 FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);

@@ -400,8 +400,11 @@ static bool fw_segment_upper_wants_huge(const fw_segment_t *seg) {
   return used >= FW_THP_UPPER_USED && full >= FW_THP_UPPER_FULL;
 }
 
-/* The whole chunk is advised (the arena keeps one bit per chunk, and the
- * lower half, dense, is worth collapsing); the upper half's free slots are
+/* The whole chunk is advised: the arena keeps one bit per chunk, which
+ * puts the advice back to 4 KiB pages when the chunk is reused or purged
+ * in part. The kernel's collapsing thread may then, in time, bring the
+ * lower half's untouched pages in as well: at most 2 MiB more for a thread
+ * that held 640 KiB there and was growing. The upper half's free slots are
  * committed from here, as in a segment that is huge from the start. */
 static void fw_segment_make_huge(fw_segment_t *seg) {
   if (!fw_arena_set_huge(seg->arena, seg->chunk, seg->chunks, true)) return;
