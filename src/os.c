@@ -786,22 +786,24 @@ FW_INLINE size_t fw_quick_walk(uintptr_t pc, uintptr_t sp, uintptr_t bp, uintptr
   return n;
 }
 
+/* The state (pc, sp, bp) of the caller of the function this is used in,
+ * which must not be inlined: asking for its frame address gives it a frame
+ * pointer, from which its caller's state follows. */
+#define FW_CALLER_STATE(pc, sp, bp)                                          \
+  const uintptr_t *fp_ = __builtin_frame_address(0);                         \
+  uintptr_t pc = (uintptr_t)__builtin_return_address(0);                     \
+  uintptr_t sp = (uintptr_t)fp_ + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp_)
+
 FW_NOINLINE size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t skip_lo, uintptr_t skip_hi) {
   if (!fw_quick_ready) return SIZE_MAX;
   if (!max) return 0;
-  /* this function keeps a frame pointer (it asks for its frame address):
-   * its caller's state follows from it */
-  const uintptr_t *fp = __builtin_frame_address(0);
-  uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-  uintptr_t sp = (uintptr_t)fp + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp);
+  FW_CALLER_STATE(pc, sp, bp);
   return fw_quick_walk(pc, sp, bp, pcs, max, skip_lo, skip_hi, NULL);
 }
 
 FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t skip_lo, uintptr_t skip_hi) {
   if (!fw_quick_ready) return NULL;
-  const uintptr_t *fp = __builtin_frame_address(0);
-  uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-  uintptr_t sp = (uintptr_t)fp + 2 * (uintptr_t)FW_W, bp = fw_stack_word((uintptr_t)fp);
+  FW_CALLER_STATE(pc, sp, bp);
   /* two ways per set, the set chosen by the stack depth */
   size_t set = (size_t)((sp >> 4) ^ (sp >> 11)) & (FW_BT_WAYS / 2 - 1);
   fw_bt_walk_t *ways = &c->walk[2 * set];

@@ -211,8 +211,7 @@ typedef struct {
 } fw_bt_walk_t;
 typedef struct {
   unsigned turn;          /* which way of a set the next new walk replaces */
-  fw_bt_walk_t walk[FW_BT_WAYS];
-  fw_bt_walk_t scratch;   /* a walk that cannot be kept */
+  fw_bt_walk_t walk[FW_BT_WAYS];  /* a walk that cannot be kept is returned with sp 0 */
 } fw_bt_cache_t;
 /* The stack of the caller of fw_os_backtrace_cached, as fw_os_backtrace_quick
  * would find it (up to FW_BT_FRAMES frames): the cache's entry that holds

@@ -324,9 +324,8 @@ static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t) {
   return nt;
 }
 
-/* The site of a stack, made if new; 0 without memory. A site with no
- * frames has hash 1 like any other: the hash is not what marks a slot
- * empty. */
+/* The site of a stack, made if new; 0 without memory. Any hash will do,
+ * 0 included: an index slot is marked empty by its site number, 0. */
 static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
   uint64_t h = 0x84222325cbf29ce4u;
   for (size_t i = 0; i < n; i++) h = fw_mix(h ^ pcs[i]);

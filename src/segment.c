@@ -148,14 +148,16 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
  * pages, for far less kernel time per byte (measured on a 2-core VM: 100
  * MiB written once took 5 ms in huge pages, 35 to 45 ms in 4 KiB ones). A
  * thread below that keeps 4 KiB pages, so that a small program's RSS tracks
- * its use. (From the second segment rather than the third: bench_frag's
- * rows of 2 to 8 threads holding 5 to 19 MB each took 0.65 to 0.98 of the
- * time per loop, for up to 1.3 times the RSS in the rows of 10 threads of
- * 3.5 MB. Huge pages in the upper half of a thread's first segment, once
- * its lower half was in use, took 0.65 to 0.78 in the rows of 8 to 12
- * threads too, but reached that half at about 1 MB of blocks, spread over
- * one page per size class: larson and threadwave, whose threads hold 2 to
- * 4 MB, had 1.5 to 2 times the RSS.) Small pages only: small blocks are
+ * its use, but for the upper half of its first segment when it reaches it
+ * piling blocks up (fw_segment_upper_wants_huge). (From the second segment
+ * rather than the third: bench_frag's rows of 2 to 8 threads holding 5 to
+ * 19 MB each took 0.65 to 0.98 of the time per loop, for up to 1.3 times
+ * the RSS in the rows of 10 threads of 3.5 MB. Huge pages in the upper half
+ * of every thread's first segment, once its lower half was in use, took
+ * 0.65 to 0.78 in the rows of 8 to 12 threads too, but reached that half at
+ * about 1 MB of blocks, spread over one page per size class: larson and
+ * threadwave, whose threads hold 2 to 4 MB, had 1.5 to 2 times the RSS.)
+ * Small pages only: small blocks are
  * touched as they are carved (a link at the start of each), where a medium page's blocks (8 to 128 KiB)
  * may be calloc'd and left mostly untouched, and a huge page would bring
  * them in whole (tests/rss.c calloc_fresh). Not with a purge delay of 0, which

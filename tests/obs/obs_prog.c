@@ -22,8 +22,18 @@
  * "edges", for the heap profiler: 100 blocks of 64 bytes from site_calloc,
  * freed last first (samples that stay on their page, several on one), and
  * 20000 blocks of 1 KiB from site_aligned (aligned_alloc with an alignment
- * of 16), each freed at once. */
+ * of 16), each freed at once. With "forkheld" it first forks while a
+ * thread holds the heap profiler's lock (writing a leak report into a full
+ * pipe, inside the profiler's list of sites), and fails unless the child
+ * can still take samples that need that lock. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -124,6 +134,137 @@ static int profile_edges(void) {
   return 0;
 }
 
+/* ---- forkheld ---------------------------------------------------------------- */
+
+__attribute__((noinline)) static void *fork_leaf_a(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) static void *fork_leaf_b(size_t n) {
+  void *p = malloc(n + 8);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) static void *fork_leaf_c(size_t n) {
+  void *p = malloc(n + 16);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+/* a stack of depth + 2 frames ending in one of three leaves: as many sites */
+__attribute__((noinline)) static void *fork_rec(int depth, int which) {
+  void *p = depth ? fork_rec(depth - 1, which)
+                  : which == 0 ? fork_leaf_a(40) : which == 1 ? fork_leaf_b(40) : fork_leaf_c(40);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) static void *fork_child_site(size_t n) {
+  void *p = calloc(1, n);  /* a calloc sample stays on its page: the profiler's table, under its lock */
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+static int pipe_w;
+static _Atomic long reporter_tid;
+static _Atomic int reporter_done;
+
+static void *reporter_main(void *arg) {
+  void (*report)(int) = (void (*)(int))arg;
+  atomic_store(&reporter_tid, (long)syscall(SYS_gettid));
+  report(pipe_w);
+  atomic_store(&reporter_done, 1);
+  return NULL;
+}
+
+static _Atomic int drain_go;
+
+static void *drainer_main(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  char buf[4096];
+  struct timespec ts = {0, 1000000L};
+  while (!atomic_load(&drain_go)) nanosleep(&ts, NULL);
+  ts.tv_nsec = 300 * 1000000L;
+  nanosleep(&ts, NULL);  /* the fork is on its way meanwhile */
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) continue;
+    if (atomic_load(&reporter_done)) break;
+    ts.tv_nsec = 1000000L;
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* The reporter thread blocked in write(): its syscall file starts with the
+ * call's number. */
+static int blocked_in_write(long tid) {
+  char path[64], line[64] = {0};
+  snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+  /* open and read, not stdio: while the lock is held, a malloc from a new
+   * call site would wait for it */
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return 0;
+  int ok = read(fd, line, sizeof line - 1) > 0 && atol(line) == SYS_write;
+  close(fd);
+  return ok;
+}
+
+static int fork_held(void) {
+  void (*report)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "fw_leak_report_print");
+  if (!report) return 1;
+  /* 39 sites, so that the leak report's list of sampled sites (6 lines a
+   * site) is far longer than its 4 KiB buffer: it writes from inside it */
+  static void *live[3 * 13];
+  for (int d = 0; d < 13; d++)
+    for (int w = 0; w < 3; w++)
+      if (!(live[3 * d + w] = fork_rec(d, w))) return 1;
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  pipe_w = fds[1];
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  char fill[4096];
+  memset(fill, 'x', sizeof fill);
+  while (write(fds[1], fill, sizeof fill) > 0 || errno == EINTR) {}
+  while (write(fds[1], fill, 1) > 0) {}
+  fcntl(fds[1], F_SETFL, 0);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  /* both threads made first: the main thread allocates nothing once the
+   * reporter holds the lock */
+  pthread_t rt, dt;
+  if (pthread_create(&dt, NULL, drainer_main, (void *)(intptr_t)fds[0]) != 0) return 1;
+  if (pthread_create(&rt, NULL, reporter_main, (void *)report) != 0) return 1;
+  struct timespec ts = {0, 1000000L};
+  int waited = 0;
+  while (!(atomic_load(&reporter_tid) && blocked_in_write(atomic_load(&reporter_tid)))) {
+    if (++waited > 10000) return 1; /* 10 s */
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&drain_go, 1);
+  pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    void *p = fork_child_site(100);
+    void *q = fork_rec(14, 0); /* a stack not seen before: a new site, under the lock */
+    _exit(p && q ? 0 : 3);
+  }
+  int status = 0;
+  for (waited = 0; waitpid(pid, &status, WNOHANG) == 0; waited++) {
+    if (waited == 10000) {
+      fprintf(stderr, "obs_prog: the child forked while the profiler's lock was held hangs\n");
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return 1;
+    }
+    nanosleep(&ts, NULL);
+  }
+  pthread_join(rt, NULL);
+  pthread_join(dt, NULL);
+  close(fds[0]);
+  close(fds[1]);
+  for (int i = 0; i < 3 * 13; i++) free(live[i]);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 /* A user heap (freeway's fw_heap_* API, found at run time: the program is
  * not linked to freeway), 500 blocks from site_heap, destroyed whole. */
 __attribute__((noinline)) void *site_heap(void *(*heap_malloc)(void *, size_t), void *heap, size_t n) {
@@ -187,6 +328,7 @@ int main(int argc, char **argv) {
   fclose(f);
   const char *mode = argc > 2 ? argv[2] : "";
   if (strcmp(mode, "idle") == 0) return 0;
+  if (strcmp(mode, "forkheld") == 0 && fork_held() != 0) return 1;
   if (strcmp(mode, "stress") == 0 && stress() != 0) return 1;
   for (int i = 0; i < 2 * N_SMALL; i++) {
     keep[i] = site_small(100);

@@ -301,6 +301,13 @@ class Profile(unittest.TestCase):
         truth = 20000 * 1024
         self.assertLess(abs(got - truth) / truth, 0.25, (got, truth))
 
+    def test_fork_while_profiler_busy(self):
+        # fork() while another thread holds the profiler's lock (a leak
+        # report blocked writing into a full pipe, inside the list of
+        # sampled sites): the child must still take samples that need the
+        # lock (the lock used to be copied held, and the child hung)
+        run({"FREEWAY_PROFILE": "1", "FREEWAY_PROFILE_RATE": "1"}, lib=PROF_LIB, args=("forkheld",))
+
     def test_plain_library_refuses(self):
         # libfreeway.so has no countdown: it says so and writes no profile
         rep, _, err = run({"FREEWAY_PROFILE": "1"})
