@@ -358,6 +358,17 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
       return b;
     }
   }
+  /* A large block the heap's cache holds one of, on the same terms. */
+  if (size - (FW_MEDIUM_MAX + 1) < (size_t)FW_SPAN_MAX_SLICES * FW_SLICE_SIZE - FW_MEDIUM_MAX && heap->lcache_bytes) {
+    uint64_t n = heap->slow_count + 1;
+    if ((n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) && !fw_opt(CAUTIOUS)) {
+      void *p = fw_heap_large_cached(heap, size);
+      if (p) {
+        heap->slow_count = n;
+        return p;
+      }
+    }
+  }
   if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_malloc_cautious(heap, size, 0);
   return fw_malloc_plain(heap, size);
 }

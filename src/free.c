@@ -71,6 +71,16 @@ void fw_free_generic(void *p) {
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_block_check(seg, fw_ptr_slice(seg, p), p, p, "");
+  /* The owner frees a large block that nothing else is pending on: the
+   * tests are those of the path below for this case (its start, one block
+   * live, no flag but being in the full list, no remote free under way),
+   * so a double free or an interior pointer still goes the long way. */
+  if (slice->kind == FW_KIND_LARGE && fw_page_flags(slice) == FW_PF_FULL && p == (void *)slice->area &&
+      slice->used == 1 && atomic_load_explicit(&slice->xfree, memory_order_relaxed) == FW_XFREE_DELAYED &&
+      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) {
+    fw_heap_large_free_local(slice);
+    return;
+  }
   /* A later slice of this thread's medium page: the descriptor there only
    * points back to the page, whose own tag says who owns it. */
   if (fw_page_flags(slice) == FW_PF_REDIRECT) {

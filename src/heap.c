@@ -137,6 +137,15 @@ static fw_page_t *fw_heap_large_page(fw_heap_t *heap, size_t size, size_t align)
   return page;
 }
 
+void *fw_heap_large_cached(fw_heap_t *heap, size_t size) {
+  size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
+  fw_page_t *page = heap->lcache_bytes ? fw_large_cache_get(heap, slices) : NULL;
+  if (!page) return NULL;
+  heap->lcache_recent += slices * FW_SLICE_SIZE;
+  page->is_zero = 0;
+  return fw_large_take(heap, page);
+}
+
 void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   FW_ASSERT(heap != &fw_heap_empty);
   fw_page_t *page = NULL;
@@ -179,6 +188,16 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
    * (once its delay is up), not only when the thread allocates again; every
    * eighth page is often enough, and spares a thread that frees big blocks
    * one by one a clock read per free. */
+  if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
+}
+
+void fw_heap_large_free_local(fw_page_t *page) {
+  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  FW_ASSERT(page->kind == FW_KIND_LARGE && page->used == 1 && fw_page_flags(page) == FW_PF_FULL);
+  page->used = 0;
+  page->frees++;
+  fw_page_queue_remove(heap, &heap->full, page);
+  if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
   if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
 }
 
