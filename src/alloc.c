@@ -379,7 +379,10 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
     bool fresh = false;
     void *p = fw_malloc_plain_ex(heap, size, &fresh, false);
     if (p) {
-      if (fresh) ((fw_block_t *)p)->link = 0;
+      if (fresh) {
+        ((fw_block_t *)p)->link = 0;
+        heap->tld->calloc_untouched = true;
+      }
       else memset(p, 0, size);
     }
     return p;

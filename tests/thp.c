@@ -7,8 +7,11 @@
  *            full behind it); a thread with less than half a segment, or
  *            one that reaches the upper half with its pages mostly free,
  *            gets none, so a small or steady heap's RSS tracks its use;
- *   medium:  blocks of medium pages (8-128 KiB) never get them, however
- *            many: a calloc'd block left untouched must stay out of RSS;
+ *   medium:  blocks of medium pages (8-128 KiB) written by a thread get
+ *            them in the upper half of its first segment of such pages
+ *            once the lower half holds 1 MiB of blocks in use, and nowhere
+ *            else; a thread that has calloc'd such blocks and left them
+ *            untouched gets none (they must stay out of RSS);
  *   split:   a burst in huge pages, freed but for one block per 2 MiB and
  *            collected: RSS falls by most of it, and the segments that were
  *            purged in part have gone back to 4 KiB pages;
@@ -226,16 +229,60 @@ static void t_spread(void) {
   on_thread(advice_spread_thread);
 }
 
+/* The first block of r in the upper half of the segment its first block
+ * is in, or NULL. */
+static const char *upper_half_block(const run *r) {
+  const uintptr_t seg_mask = 4 * MiB - 1, first_seg = (uintptr_t)r->v[0] & ~seg_mask;
+  for (size_t i = 0; i < r->n; i++)
+    if (((uintptr_t)r->v[i] & ~seg_mask) == first_seg && ((uintptr_t)r->v[i] & seg_mask) >= 2 * MiB) return r->v[i];
+  return NULL;
+}
+
 static void *medium_thread(void *arg) {
   (void)arg;
   run r;
   fill(&r, 16 * 1024);
-  char last[512];
+  const char *upper = upper_half_block(&r);
+  CHECKF(upper != NULL, "no block of %zu MiB of 16 KiB blocks in the upper half of the first one's segment",
+         burst / MiB);
+  char up[512], last[512];
+  vma_flags(upper, up, sizeof up);
   vma_flags(r.v[r.n - 1], last, sizeof last);
-  fwt_log("medium: %zu MiB of 16 KiB blocks: last block's mapping [%s]", burst / MiB, last);
-  CHECKF(!has_flag(last, "hg"), "medium blocks got huge pages: flags [%s]", last);
+  fwt_log("medium: %zu MiB of 16 KiB blocks: first segment's upper half [%s], last block's mapping [%s]",
+          burst / MiB, up, last);
+  CHECKF(has_flag(up, "hg"), "a thread that wrote 2 MiB of medium blocks got no huge pages for the upper half "
+         "of its first segment: block %p, flags [%s]", (const void *)upper, up);
+  CHECKF(!has_flag(last, "hg"), "medium blocks beyond the first segment got huge pages: flags [%s]", last);
   release(&r);
   return NULL;
+}
+
+/* The same blocks, calloc'd and left untouched but for one byte each. */
+static void *medium_calloc_thread(void *arg) {
+  (void)arg;
+  run r;
+  r.size = 16 * 1024;
+  r.n = burst / r.size;
+  r.v = fwt_scratch(r.n * sizeof *r.v);
+  for (size_t i = 0; i < r.n; i++) {
+    r.v[i] = A.calloc(1, r.size);
+    CHECK(r.v[i] != NULL);
+    r.v[i][r.size / 2] = 1;
+  }
+  const char *upper = upper_half_block(&r);
+  CHECK(upper != NULL);
+  char up[512];
+  vma_flags(upper, up, sizeof up);
+  fwt_log("medium_calloc: %zu MiB of 16 KiB blocks calloc'd: first segment's upper half [%s]", burst / MiB, up);
+  CHECKF(!has_flag(up, "hg"), "a thread that calloc'd medium blocks and left them untouched got huge pages: "
+         "block %p, flags [%s]", (const void *)upper, up);
+  release(&r);
+  return NULL;
+}
+
+static void t_medium_calloc(void) {
+  need_thp(2);
+  on_thread(medium_calloc_thread);
 }
 
 static void t_medium(void) {
@@ -349,6 +396,7 @@ static const fwt_section sections[] = {
   {"pile", t_pile},
   {"spread", t_spread},
   {"medium", t_medium},
+  {"medium_calloc", t_medium_calloc},
   {"split", t_split},
   {"large", t_large},
   {"_never", t_never},
