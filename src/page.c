@@ -18,7 +18,7 @@
 #include "stats.h"
 #include <string.h>
 
-fw_page_t fw_page_empty = {.free = &fw_list_end, .later = &fw_list_end};
+fw_page_t fw_page_empty = {.free = &fw_list_end, .later = &fw_list_end, .link_mask = FW_LINK_MASK};
 
 /* K = 1 until fw_list_init: no list exists before it. */
 uintptr_t fw_list_key = 1, fw_list_key_inv = 1, fw_mark_key;
@@ -207,7 +207,8 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->cls = (uint16_t)cls;
   page->block_size = block_size;
   page->capacity = 0;
-  page->reserved = (uint32_t)(span / block_size);
+  page->reserved = (uint16_t)(span / block_size);
+  page->link_mask = fw_link_mask(block_size);
   page->free = FW_LIST_END;
   page->later = FW_LIST_END;
   page->used = 0;
@@ -236,7 +237,7 @@ void fw_page_collect(fw_page_t *page) {
     uintptr_t t = fw_link_decode(tail);
     fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)tail);
     if (next == FW_LIST_END) break;
-    if (fw_unlikely(FW_LINK_BAD(t))) fw_list_corrupt(page, tail, t);
+    if (fw_unlikely(FW_LINK_BAD_PAGE(t, page))) fw_list_corrupt(page, tail, t);
     tail = next;
     if (fw_unlikely(++n > page->capacity)) fw_list_corrupt(page, tail, 0);  /* a cycle */
   }

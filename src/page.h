@@ -40,9 +40,23 @@
 FW_HIDDEN extern uintptr_t fw_list_key, fw_list_key_inv;
 FW_HIDDEN extern fw_block_t fw_list_end;
 #define FW_LIST_END (&fw_list_end)
-#define FW_LINK_BAD(t) ((((t) - 8) & (~(uintptr_t)FW_SEGMENT_MASK | 7)) != 0)
-/* The fast pop's test: FW_LINK_BAD but for t == 0 (see above). */
-#define FW_LINK_BAD_FAST(t) (((t) & (~(uintptr_t)FW_SEGMENT_MASK | 7)) != 0)
+#define FW_LINK_MASK (~(uintptr_t)FW_SEGMENT_MASK | 7)
+#define FW_LINK_BAD(t) ((((t) - 8) & FW_LINK_MASK) != 0)
+/* The pops' tests, with the page's link_mask: FW_LINK_BAD, and also t's
+ * bits below the block size's largest power-of-two factor, which are zero
+ * between two blocks' starts (all congruent modulo it). A free of a pointer
+ * inside a block at any other offset pushes it with a link that fails
+ * this (a block of 64 bytes: offsets 8 to 56; of 48: 8, 24, 40), at the
+ * pop that would hand it out; one onto an empty list is caught where the
+ * list ends (fw_page_pop_checked). Subtracting the power of two, not 8,
+ * keeps the test of t == 0 (above) without touching the low bits; the
+ * fast pop's omits it, and a test with a mask in memory is as short as one
+ * with a constant. */
+#define FW_LINK_BAD_PAGE(t, page) \
+  ((((t) - (((page)->link_mask & FW_SEGMENT_MASK) + 1)) & (page)->link_mask) != 0)
+#define FW_LINK_BAD_FAST(t, page) fw_any_bits((t), &(page)->link_mask)
+/* link_mask for a page of blocks of size bs. */
+FW_INLINE uintptr_t fw_link_mask(size_t bs) { return FW_LINK_MASK | ((bs & (0 - bs)) - 1); }
 /* What a pop leaves in a block's link word (see above). */
 #define FW_LINK_TAKEN ((uintptr_t)1)
 /* Chooses the secret; before any page exists. */
@@ -90,12 +104,23 @@ FW_INLINE bool fw_block_mark(fw_block_t *b) {
  * while free, or was on the list twice); stops the process if not. */
 FW_HIDDEN void fw_block_take(const fw_page_t *page, fw_block_t *b);
 
+/* b is the start of one of page's carved blocks (no division: the
+ * multiply keeps the fraction off / block_size, sizeclass.h). Pages whose
+ * class is not its block size (the profiler's) are taken as they are. */
+FW_INLINE bool fw_page_is_block_start(const fw_page_t *page, const fw_block_t *b) {
+  size_t off = (size_t)((const uint8_t *)b - page->area);
+  if ((const uint8_t *)b < page->area || off >= (size_t)page->capacity * page->block_size) return false;
+  if (page->cls >= FW_CLASS_COUNT || fw_class_size[page->cls] != page->block_size) return off % page->block_size == 0;
+  uint64_t d = fw_class_divisor[page->cls];
+  return (uint64_t)off * d < d;
+}
+
 /* The fast pop: NULL if the list is empty or its head's link is damaged
  * (the caller's slow path then calls fw_page_pop_checked). */
 FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
   fw_block_t *b = page->free;
   uintptr_t t = fw_link_decode(b);
-  if (fw_unlikely(FW_LINK_BAD_FAST(t))) return NULL;
+  if (fw_unlikely(FW_LINK_BAD_FAST(t, page))) return NULL;
   FW_RESULT_REG(b);
   page->used++;
   page->free = (fw_block_t *)((uintptr_t)b ^ t);
@@ -109,7 +134,8 @@ FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {
   if (b == FW_LIST_END) return NULL;
   uintptr_t t = fw_link_decode(b);
   fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)b);
-  if (fw_unlikely(FW_LINK_BAD(t)) && next != FW_LIST_END) fw_list_corrupt(page, b, t);
+  if (fw_unlikely(FW_LINK_BAD_PAGE(t, page)) && (next != FW_LIST_END || !fw_page_is_block_start(page, b)))
+    fw_list_corrupt(page, b, t);
   page->free = next;
   page->used++;
   b->link = FW_LINK_TAKEN;

@@ -234,7 +234,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
     for (size_t i = 0; i < FW_SLICES; i++) {
       fw_page_t *pg = &seg->pages[i];
       size_t off = i % seg->page_slices;
-      pg->slice_offset = (uint32_t)off;
+      pg->slice_offset = (uint16_t)off;
       pg->flags = off ? (uint8_t)(FW_PF_REDIRECT | pf) : FW_PF_UNUSED;
       pg->tag = 0;
     }
@@ -315,7 +315,7 @@ static bool fw_segment_take_slots(fw_segment_t *seg, uint64_t bits) {
 static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
   uint8_t pf = fw_checked_flag();
   for (size_t k = from; k < to; k++) {
-    page[k].slice_offset = (uint32_t)k;
+    page[k].slice_offset = (uint16_t)k;
     page[k].tag = 0;
     page[k].flags = (uint8_t)(FW_PF_REDIRECT | pf);
   }
@@ -346,7 +346,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
   fw_page_t *pg = &seg->pages[start];
   memset(pg, 0, sizeof *pg);
   pg->kind = FW_KIND_LARGE;
-  pg->slices = (uint32_t)n;
+  pg->slices = (uint16_t)n;
   pg->area = (uint8_t *)seg + (size_t)start * FW_SLICE_SIZE;
   pg->block_size = n * FW_SLICE_SIZE;
   pg->is_zero = is_zero;
@@ -367,7 +367,7 @@ bool fw_segment_span_grow(fw_page_t *page, size_t size) {
   if ((seg->free_mask & bits) != bits) return false;
   fw_segment_take_slots(seg, bits);
   fw_span_redirect(page, page->slices, n);
-  page->slices = (uint32_t)n;
+  page->slices = (uint16_t)n;
   page->block_size = n * FW_SLICE_SIZE;
   return true;
 }
@@ -506,7 +506,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
     /* the block starts beyond the first slice: make that slice point back */
     sl->flags = FW_PF_REDIRECT;
     sl->tag = 0;
-    sl->slice_offset = (uint32_t)(sl - pg);
+    sl->slice_offset = (uint16_t)(sl - pg);
   }
   return pg;
 }

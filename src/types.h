@@ -71,10 +71,13 @@ struct fw_page_s {
       uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
                                     free fast path's single test */
       size_t block_size;
-      uint32_t capacity;         /* blocks carved into the free list so far */
-      uint32_t reserved;         /* blocks that fit */
-      uint32_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
-      uint32_t slices;           /* slices the page spans */
+      uint16_t capacity;         /* blocks carved into the free list so far */
+      uint16_t reserved;         /* blocks that fit (at most 8192, of 8 bytes) */
+      uint16_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
+      uint16_t slices;           /* slices the page spans */
+      uintptr_t link_mask;       /* the bits a valid link's t = next ^ b has clear
+                                    (page.h): the segment's and those below the
+                                    block size's power-of-two factor */
       uint8_t *area;             /* first block */
       _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
       _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */

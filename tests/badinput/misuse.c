@@ -358,6 +358,29 @@ static void t_realloc_interior_1m(void) { realloc_inside(MiB, 300 * KiB + 48, 60
 static void t_free_p1(void) { free_inside(64, 1); }
 static void t_free_p16(void) { free_inside(64, 16); }
 static void t_free_interior(void) { free_inside(1000, 512); }
+/* blocks whose size has an odd factor: 96 = 32 x 3 (16 is no multiple of
+ * 32: the pops' link test sees it), 48 = 16 x 3 (it is: that test cannot) */
+static void t_free_p16_96(void) { free_inside(96, 16); }
+static void t_free_p16_48(void) { free_inside(48, 16); }
+/* The same when the free list is empty: a new thread's first page of 64 B
+ * blocks carves 64 at a time (one 4 KiB page), so that the 64th malloc
+ * takes the last, and the interior pointer becomes the list's only block,
+ * linked to the list's end, where no neighbour's address can tell it. */
+static void *listend_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 63; i++) {
+    char *q = A.malloc(64);
+    CHECK(q != NULL);
+    hold(q, 64);
+  }
+  free_inside(64, 16);
+  return NULL;
+}
+static void t_free_p16_listend(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, listend_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+}
 static void t_free_interior_1m(void) { free_inside(MiB, 300 * KiB + 48); }
 
 /* ---- frees of memory freeway never handed out --------------------------------- */
@@ -984,6 +1007,9 @@ static const fwt_section cases[] = {
   CASE(free_p1),
   CASE(free_p16),
   CASE(free_interior),
+  CASE(free_p16_96),
+  CASE(free_p16_48),
+  CASE(free_p16_listend),
   CASE(free_interior_1m),
   CASE(free_stack),
   CASE(free_global),
