@@ -362,8 +362,8 @@ static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, vo
  * page, on the heap's delayed list. Only the owner empties either list, and
  * the queries are the owner's, so the lists below their heads hold still. */
 static const fw_block_t *fw_xfree_first(const fw_page_t *pg) {
-  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
-  return x ? (const fw_block_t *)x : FW_LIST_END;
+  const fw_block_t *b = FW_XFREE_LIST(atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire));
+  return b ? b : FW_LIST_END;
 }
 
 static size_t fw_xfree_count(const fw_page_t *pg) {

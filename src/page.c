@@ -228,10 +228,28 @@ void fw_page_collect(fw_page_t *page) {
   while (!atomic_compare_exchange_weak_explicit(&page->xfree, &x, x & FW_XFREE_DELAYED,
                                                 memory_order_acq_rel, memory_order_relaxed)) {
   }
-  fw_block_t *list = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+  fw_block_t *list = FW_XFREE_LIST(x);
   if (!list) return;
+  uint32_t n = FW_XFREE_COUNT(x);
+  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  /* The list becomes the local one as it is: its last block links to the
+   * list's end, and the pops check every link as they come to it (remote
+   * frees are other threads' writes: the owner's first touch of each block
+   * is then the pop that hands it out, not a walk that waits on one miss
+   * after another). Walked when the count is not known, when the local
+   * list is not empty (the walk finds the tail), and when the count would
+   * leave the page no live block (a double free among them: the walk sees
+   * it before the page goes). */
+  if (n != 0 && n < page->used && page->free == FW_LIST_END) {
+    page->free = list;
+    page->used -= n;
+    page->frees += n;
+    if (heap) fw_count_add(&heap->tld->counts.remote_frees, n);
+    else atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, n, memory_order_relaxed);
+    return;
+  }
   /* remote frees are checked here, as the owner takes them */
-  uint32_t n = 1;
+  n = 1;
   fw_block_t *tail = list;
   for (;;) {
     uintptr_t t = fw_link_decode(tail);
@@ -245,7 +263,6 @@ void fw_page_collect(fw_page_t *page) {
   page->free = list;
   page->used -= n;
   page->frees += n;
-  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   if (heap) fw_count_add(&heap->tld->counts.remote_frees, n);
   else atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, n, memory_order_relaxed);
 }
@@ -420,6 +437,18 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   return NULL;
 }
 
+/* xfree's count bits after b is pushed on the list of x. */
+static uintptr_t fw_xfree_count_next(uintptr_t x, const fw_block_t *b) {
+#ifdef FW_XFREE_COUNT_SHIFT
+  uint32_t n = FW_XFREE_COUNT(x);
+  if ((FW_XFREE_LIST(x) && n == 0) || n == 0xffff || ((uintptr_t)b >> FW_XFREE_COUNT_SHIFT)) return 0;
+  return (uintptr_t)(n + 1) << FW_XFREE_COUNT_SHIFT;
+#else
+  (void)x, (void)b;
+  return 0;
+#endif
+}
+
 void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
   uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
   while (true) {
@@ -441,9 +470,9 @@ void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
         return;
       }
     }
-    fw_block_t *head = (fw_block_t *)(x & ~FW_XFREE_DELAYED);
+    fw_block_t *head = FW_XFREE_LIST(x);
     fw_block_set_next(b, head ? head : FW_LIST_END);
-    if (atomic_compare_exchange_weak_explicit(&page->xfree, &x, (uintptr_t)b | (x & FW_XFREE_DELAYED),
+    if (atomic_compare_exchange_weak_explicit(&page->xfree, &x, (uintptr_t)b | (x & FW_XFREE_DELAYED) | fw_xfree_count_next(x, b),
                                               memory_order_release, memory_order_relaxed))
       return;
   }

@@ -142,9 +142,8 @@ static void fw_survey_large(fw_survey_t *sv, fw_owner_tally_t *ot, const fw_page
  * anything but a link within the page, since the owner may take the list
  * (and hand its blocks out again) while the walk runs. */
 static size_t fw_survey_pending(const fw_page_t *pg) {
-  uintptr_t x = atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire) & ~FW_XFREE_DELAYED;
   const uint8_t *lo = pg->area, *hi = lo + (size_t)pg->capacity * pg->block_size;
-  const fw_block_t *b = (const fw_block_t *)x;
+  const fw_block_t *b = FW_XFREE_LIST(atomic_load_explicit(&((fw_page_t *)pg)->xfree, memory_order_acquire));
   size_t n = 0;
   while (b && (const uint8_t *)b >= lo && (const uint8_t *)b < hi && n < pg->capacity) {
     n++;

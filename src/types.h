@@ -55,6 +55,18 @@ enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 
 /* xfree's low bit: the page is full and remote frees go to the owning heap's
  * delayed list instead, so the owner learns the page has room again. */
 #define FW_XFREE_DELAYED ((uintptr_t)1)
+/* On 64-bit builds xfree's top 16 bits count the blocks on the list, so
+ * that the owner takes it in without walking it (page.c fw_page_collect);
+ * 0 with a non-empty list: not known (32-bit builds, a count that would
+ * overflow, a block above 2^48), and the owner walks it. */
+#if UINTPTR_MAX > 0xffffffffu
+#define FW_XFREE_COUNT_SHIFT 48
+#define FW_XFREE_LIST(x) ((fw_block_t *)((x) & ((((uintptr_t)1 << FW_XFREE_COUNT_SHIFT) - 1) & ~FW_XFREE_DELAYED)))
+#define FW_XFREE_COUNT(x) ((uint32_t)((x) >> FW_XFREE_COUNT_SHIFT))
+#else
+#define FW_XFREE_LIST(x) ((fw_block_t *)((x) & ~FW_XFREE_DELAYED))
+#define FW_XFREE_COUNT(x) ((uint32_t)0)
+#endif
 
 /* A page: blocks of one size class carved from one or more slices. Owned by
  * one heap; every field but xfree, heap, flags and tag is touched only by

@@ -341,8 +341,10 @@ static void t_page_collect(void) {
   CHECK(pthread_join(t, NULL) == 0);
   uintptr_t x = atomic_load(&pg->xfree);
   CHECK(x != 0 && !(x & FW_XFREE_DELAYED));
-  CHECK(list_len((fw_block_t *)x) == m);
-  for (size_t i = 0; i < m; i++) CHECK(in_list((fw_block_t *)x, odd[i]));
+  CHECK(list_len(FW_XFREE_LIST(x)) == m);
+  for (size_t i = 0; i < m; i++) CHECK(in_list(FW_XFREE_LIST(x), odd[i]));
+  /* counted, so that the owner need not walk it (64-bit builds) */
+  CHECK(FW_XFREE_COUNT(x) == (UINTPTR_MAX > 0xffffffffu ? m : 0));
   CHECK(!fw_page_has_free(pg) && pg->used == 1 + n);  /* nothing changes before the owner collects */
 
   fw_page_collect(pg);
@@ -422,7 +424,7 @@ static void t_page_full_delayed(void) {
   pthread_t t;
   CHECK(pthread_create(&t, NULL, remote_free_thread, &job) == 0);
   CHECK(pthread_join(t, NULL) == 0);
-  CHECK(atomic_load(&pg->xfree) == (uintptr_t)blocks[1]);
+  CHECK(FW_XFREE_LIST(atomic_load(&pg->xfree)) == blocks[1]);
   fw_block_t *d = atomic_load(&heap->delayed);
   CHECK(d == blocks[0] && fw_delayed_next(d) == NULL);
   CHECK(pg->used == n);
