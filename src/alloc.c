@@ -115,7 +115,9 @@
  *      each queue carries one extra count in used, so a malloc/free loop
  *      never sees used reach zero and never leaves the fast path.
  *   b. another thread: one compare-and-swap pushes the block on the page's
- *      xfree list; the owner folds it in lazily when the page runs dry. The
+ *      xfree list (and, on 64-bit builds, counts it in the same word); the
+ *      owner folds it in lazily when the page runs dry, as its new local
+ *      list, without a walk when the count is known. The
  *      first free into a full page (xfree's DELAYED bit) clears the bit and
  *      goes to the owning heap's delayed list, which tells the owner that
  *      the page has room again without it scanning full pages; the frees
