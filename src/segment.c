@@ -390,9 +390,10 @@ bool fw_segment_span_grow(fw_page_t *page, size_t size) {
  * 12 threads, which hold 1.25 MB each and would have most of a huge page
  * idle, 0.5 to 0.8 MB with 4 or 5. Only an upper half never touched: a
  * fault where 4 KiB pages were mapped before gets no huge page.
- * A segment of medium pages (four of 512 KiB a half) takes them for its
- * upper half when the lower half holds 1 MiB of blocks in use, unless its
- * thread has calloc'd a block of fresh memory without writing it: blocks
+ * A segment of medium pages (four of 512 KiB a half; any, not only the
+ * thread's first) takes them for its upper half when the lower half holds
+ * 1 MiB of blocks in use, unless its thread has calloc'd a block of fresh
+ * memory without writing it: blocks
  * of 8 KiB and more are written mostly whole when written at all, and a
  * thread with 1 MiB of them in use fills most of a huge page, where 4 KiB
  * pages would take 512 faults for it. bench_reallocgrow (buffers grown to
