@@ -105,8 +105,8 @@ FW_INLINE bool fw_block_mark(fw_block_t *b) {
 FW_HIDDEN void fw_block_take(const fw_page_t *page, fw_block_t *b);
 
 /* b is the start of one of page's carved blocks (no division: the
- * multiply keeps the fraction off / block_size, sizeclass.h). Pages whose
- * class is not its block size (the profiler's) are taken as they are. */
+ * multiply keeps the fraction off / block_size, sizeclass.h); a page whose
+ * block size is not its class's (the profiler's) takes a division. */
 FW_INLINE bool fw_page_is_block_start(const fw_page_t *page, const fw_block_t *b) {
   size_t off = (size_t)((const uint8_t *)b - page->area);
   if ((const uint8_t *)b < page->area || off >= (size_t)page->capacity * page->block_size) return false;
