@@ -322,9 +322,12 @@ static bool in_list(const fw_block_t *l, const fw_block_t *b) {
   return false;
 }
 
-static void t_page_collect(void) {
+/* 64 B blocks: the remote list is short and the owner walks it; 16 B
+ * blocks: it is long (over FW_XFREE_WALK_MAX, 32) and, counted, becomes
+ * the local list without a walk. */
+static void page_collect(size_t size) {
   fw_heap_t *heap = test_heap();
-  const size_t cls = fw_size_class(64);
+  const size_t cls = fw_size_class(size);
   fw_page_t *pg = fw_heap_page_for(heap, cls);
   CHECK(pg != NULL);
   static fw_block_t *blocks[4096], *odd[4096];
@@ -391,6 +394,11 @@ static void t_page_collect(void) {
   fw_page_queue_remove(heap, &heap->queues[cls], pg);
   fw_segment_page_free(heap->tld, pg);
   fw_heap_struct_free(heap);
+}
+
+static void t_page_collect(void) {
+  page_collect(64);
+  page_collect(16);
 }
 
 /* A page with no block left moves to the full list; remote frees into it
