@@ -361,7 +361,7 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     }
   }
   /* A large block the heap's cache holds one of, on the same terms. */
-  if (size - (FW_MEDIUM_MAX + 1) < (size_t)FW_SPAN_MAX_SLICES * FW_SLICE_SIZE - FW_MEDIUM_MAX && heap->lcache_bytes) {
+  if (size - (FW_MEDIUM_MAX + 1) < (size_t)FW_LCACHE_MAX_SLICES * FW_SLICE_SIZE - FW_MEDIUM_MAX && heap->lcache_bytes) {
     uint64_t n = heap->slow_count + 1;
     if ((n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) && !fw_opt(CAUTIOUS)) {
       void *p = fw_heap_large_cached(heap, size);
@@ -383,7 +383,7 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
     if (p) {
       if (fresh) {
         ((fw_block_t *)p)->link = 0;
-        heap->tld->calloc_untouched = true;
+        if (size > FW_SMALL_MAX) heap->tld->calloc_untouched = true;
       }
       else memset(p, 0, size);
     }

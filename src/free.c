@@ -136,9 +136,8 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
      * block-start test needs no division (sizeclass.h), as every free of
      * the secure level comes here */
     size_t off = (size_t)((const uint8_t *)b - page->area);
-    uint64_t d = fw_class_divisor[page->cls];
     if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
-        (uint64_t)off * d >= d)
+        !fw_page_offset_at_block(page, off))
       what = "free of a pointer inside a block";
     else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b) && fw_block_freed_32(seg, page, b))
       what = freed;

@@ -61,11 +61,9 @@ FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   if (size > bs || size < bs / 2) return false;
   size_t off = (size_t)((const uint8_t *)p - page->area);
   if (page->kind == FW_KIND_LARGE) return off == 0 && page->used != 0;
-  /* off is below 4 MiB once in range, and the divisor test holds below 2^32
-   * (off * d < d is sizeclass.h's off * d <= d - 1) */
-  uint64_t d = fw_class_divisor[page->cls];
-  /* a block that looks freed goes to fw_realloc_ex, whose check tells */
-  return off < (size_t)page->reserved * bs && (uint64_t)off * d < d && !fw_link_looks_free((const fw_block_t *)p);
+  /* off is below 4 MiB once in range, where the divisor test holds; a
+   * block that looks freed goes to fw_realloc_ex, whose check tells */
+  return off < (size_t)page->reserved * bs && fw_page_offset_at_block(page, off) && !fw_link_looks_free((const fw_block_t *)p);
 }
 
 /* The malloc fast path on a ready heap: pop the free list of the page that

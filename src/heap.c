@@ -148,22 +148,18 @@ void *fw_heap_large_cached(fw_heap_t *heap, size_t size) {
 
 void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   FW_ASSERT(heap != &fw_heap_empty);
-  fw_page_t *page = NULL;
+  if (align <= FW_SLICE_SIZE) {
+    void *p = fw_heap_large_cached(heap, size);
+    if (p) return p;
+    fw_large_cache_miss(heap);
+  }
   size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
   if (slices <= FW_SPAN_MAX_SLICES) heap->lcache_recent += slices * FW_SLICE_SIZE;
-  if (heap->lcache_bytes && align <= FW_SLICE_SIZE) {
-    page = fw_large_cache_get(heap, slices);
-    if (!page) fw_large_cache_miss(heap);
-  }
-  if (page) {
-    page->is_zero = 0;
-  } else {
+  fw_page_t *page = fw_heap_large_page(heap, size, align);
+  if (!page) {
+    fw_heap_housekeeping(heap, true);
     page = fw_heap_large_page(heap, size, align);
-    if (!page) {
-      fw_heap_housekeeping(heap, true);
-      page = fw_heap_large_page(heap, size, align);
-      if (!page) return NULL;
-    }
+    if (!page) return NULL;
   }
   return fw_large_take(heap, page);
 }
@@ -192,13 +188,10 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
 }
 
 void fw_heap_large_free_local(fw_page_t *page) {
-  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   FW_ASSERT(page->kind == FW_KIND_LARGE && page->used == 1 && fw_page_flags(page) == FW_PF_FULL);
   page->used = 0;
   page->frees++;
-  fw_page_queue_remove(heap, &heap->full, page);
-  if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
-  if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
+  fw_heap_page_retire(atomic_load_explicit(&page->heap, memory_order_relaxed), page);
 }
 
 void fw_heap_page_empty(fw_page_t *page) {

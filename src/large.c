@@ -30,12 +30,11 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
  * Pages not reused for one to two purge delays go back to their segment
  * (the idle byte marks those already seen by the previous look). */
 
-/* Blocks up to 1 MiB only. Above that, an exact slice count comes back too
+/* Blocks up to 1 MiB only (FW_LCACHE_MAX_SLICES, large.h). Above that, an exact slice count comes back too
  * seldom to pay for what the cache holds: bench_bigchurn at 1 to 4 MiB had
  * the same page faults with the cache as without, and 43 MiB of peak RSS
  * against 24 MiB (a block freed to its segment is reused, still dirty, by
  * the best fit of the next request of any size near it). */
-#define FW_LCACHE_MAX_SLICES 16
 
 /* How much the cache may hold: FREEWAY_LARGE_CACHE, or more while the heap
  * hands out more than that in such blocks between two looks (one purge

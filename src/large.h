@@ -7,6 +7,8 @@
 /* Makes a LARGE page (from the segment layer or the cache) heap's live
  * block: in the full list, remote frees routed through the heap. */
 FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page);
+/* The cache keeps span pages of up to this many slices (1 MiB): see large.c. */
+#define FW_LCACHE_MAX_SLICES 16
 /* A freed span page waits in the cache; false if it does not fit there. */
 FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
 FW_HIDDEN fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices);

@@ -104,15 +104,18 @@ FW_INLINE bool fw_block_mark(fw_block_t *b) {
  * while free, or was on the list twice); stops the process if not. */
 FW_HIDDEN void fw_block_take(const fw_page_t *page, fw_block_t *b);
 
-/* b is the start of one of page's carved blocks (no division: the
- * multiply keeps the fraction off / block_size, sizeclass.h); a page whose
- * block size is not its class's (the profiler's) takes a division. */
-FW_INLINE bool fw_page_is_block_start(const fw_page_t *page, const fw_block_t *b) {
-  size_t off = (size_t)((const uint8_t *)b - page->area);
-  if ((const uint8_t *)b < page->area || off >= (size_t)page->capacity * page->block_size) return false;
-  if (page->cls >= FW_CLASS_COUNT || fw_class_size[page->cls] != page->block_size) return off % page->block_size == 0;
+/* off, a small or medium page's offset from its area below 2^32, falls on
+ * a block's start: no division (off * d < d is sizeclass.h's
+ * off * d <= d - 1; every such page's block size is its class's). */
+FW_INLINE bool fw_page_offset_at_block(const fw_page_t *page, size_t off) {
   uint64_t d = fw_class_divisor[page->cls];
   return (uint64_t)off * d < d;
+}
+/* b is the start of one of page's carved blocks. */
+FW_INLINE bool fw_page_is_block_start(const fw_page_t *page, const fw_block_t *b) {
+  size_t off = (size_t)((const uint8_t *)b - page->area);
+  return (const uint8_t *)b >= page->area && off < (size_t)page->capacity * page->block_size &&
+         fw_page_offset_at_block(page, off);
 }
 
 /* The fast pop: NULL if the list is empty or its head's link is damaged

@@ -97,7 +97,6 @@ static void fw_tld_link_free(fw_tld_t *tld, fw_segment_t *seg) {
 
 static void fw_tld_link(fw_tld_t *tld, fw_segment_t *seg) {
   if (seg->kind == FW_KIND_SMALL) tld->segments_small++;
-  if (seg->kind == FW_KIND_MEDIUM) tld->segments_medium++;
   seg->tld = tld;
   seg->prev = NULL;
   seg->next = tld->segments;
@@ -107,7 +106,6 @@ static void fw_tld_link(fw_tld_t *tld, fw_segment_t *seg) {
 
 static void fw_tld_unlink(fw_tld_t *tld, fw_segment_t *seg) {
   if (seg->kind == FW_KIND_SMALL) tld->segments_small--;
-  if (seg->kind == FW_KIND_MEDIUM) tld->segments_medium--;
   if (seg->prev) seg->prev->next = seg->next;
   else tld->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
@@ -401,13 +399,13 @@ bool fw_segment_span_grow(fw_page_t *page, size_t size) {
  * 750; glibcbench's thread rows (8 B to 32 KiB) had 1.16 to 1.20 times
  * the peak RSS, still 1.25 to 1.65 times the lowest peer's. (From every
  * thread's second medium segment as well: rptest and glibcbench's thread
- * rows doubled their RSS, to 2 to 3 times the lowest peer's.) */
+ * rows doubled their RSS, to 1.9 to 3.1 times the lowest peer's.) */
 #define FW_THP_UPPER_USED ((size_t)640 << 10)
 #define FW_THP_UPPER_FULL 6
 #define FW_THP_UPPER_USED_MEDIUM ((size_t)1 << 20)
 static bool fw_segment_upper_wants_huge(const fw_segment_t *seg) {
   size_t slots = FW_SLICES / seg->page_slices;
-  const uint64_t upper = (slots == 64 ? ~(uint64_t)0 : ((uint64_t)1 << slots) - 1) & (~(uint64_t)0 << (slots / 2));
+  const uint64_t upper = fw_mask_low(slots) & ~fw_mask_low(slots / 2);
   if (seg->huge || !seg->arena || fw_opt(THP) != FW_THP_AUTO || fw_opt(PURGE_DELAY) == 0) return false;
   if ((seg->purged_mask & upper) != upper || (seg->free_mask & ~upper) != 0) return false;
   size_t used = 0, full = 0;

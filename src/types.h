@@ -246,7 +246,6 @@ struct fw_tld_s {
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
   size_t segments_empty;            /* owned segments with no page in use */
   size_t segments_small;            /* owned segments of small pages */
-  size_t segments_medium;           /* owned segments of medium pages */
   bool calloc_untouched;            /* has handed out a medium block by calloc
                                        without writing it (fresh memory) */
   fw_tld_t *pool_next;

@@ -94,16 +94,21 @@ typedef struct run {
   char **v;
 } run;
 
-static void fill(run *r, size_t size) {
+/* burst bytes of blocks of size: malloc'd and written whole, or calloc'd
+ * and left untouched but for one byte each */
+static void fill_by(run *r, size_t size, bool by_calloc) {
   r->size = size;
   r->n = burst / size;
   r->v = fwt_scratch(r->n * sizeof *r->v);
   for (size_t i = 0; i < r->n; i++) {
-    r->v[i] = A.malloc(size);
+    r->v[i] = by_calloc ? A.calloc(1, size) : A.malloc(size);
     CHECK(r->v[i] != NULL);
-    memset(r->v[i], (int)(i & 0x7f) | 1, size);
+    if (by_calloc) r->v[i][size / 2] = 1;
+    else memset(r->v[i], (int)(i & 0x7f) | 1, size);
   }
 }
+
+static void fill(run *r, size_t size) { fill_by(r, size, false); }
 
 static void release(run *r) {
   for (size_t i = 0; i < r->n; i++) A.free(r->v[i]);
@@ -240,6 +245,9 @@ static const char *upper_half_block(const run *r) {
 
 static void *medium_thread(void *arg) {
   (void)arg;
+  /* a small block calloc'd from fresh memory says nothing of the medium ones */
+  char *small = A.calloc(1, 2048);
+  CHECK(small != NULL && small[0] == 0);
   /* 512 KiB of them: a quarter of the first segment's lower half */
   enum { FEW = 32 };
   static char *few[FEW];
@@ -263,6 +271,7 @@ static void *medium_thread(void *arg) {
   CHECKF(has_flag(up, "hg"), "a thread that wrote 2 MiB of medium blocks got no huge pages for the upper half "
          "of its first segment: block %p, flags [%s]", (const void *)upper, up);
   release(&r);
+  A.free(small);
   return NULL;
 }
 
@@ -270,14 +279,7 @@ static void *medium_thread(void *arg) {
 static void *medium_calloc_thread(void *arg) {
   (void)arg;
   run r;
-  r.size = 16 * 1024;
-  r.n = burst / r.size;
-  r.v = fwt_scratch(r.n * sizeof *r.v);
-  for (size_t i = 0; i < r.n; i++) {
-    r.v[i] = A.calloc(1, r.size);
-    CHECK(r.v[i] != NULL);
-    r.v[i][r.size / 2] = 1;
-  }
+  fill_by(&r, 16 * 1024, true);
   const char *upper = upper_half_block(&r);
   CHECK(upper != NULL);
   char up[512];
