@@ -102,12 +102,18 @@ fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   return page;
 }
 
+static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls);
+
 fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
   fw_page_t *page;
   fw_tld_t *tld = heap->tld;
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
+  if (heap->retained && (page = fw_heap_retained_take(heap, cls)) != NULL) {
+    fw_page_queue_push_front(heap, &heap->queues[cls], page);
+    return page;
+  }
   fw_page_retire_empty_head(heap, kind, cls);
   page = fw_segment_page_alloc(tld, kind, false);
   /* Adopt what exited threads left before mapping more. Adopted live
@@ -166,7 +172,79 @@ void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
 
 /* ---- giving memory back ------------------------------------------------------ */
 
-/* The page has no live block left (and is not a queue head): give it back. */
+/* A small or medium page with no live block goes back to its segment. */
+static void fw_heap_page_give_back(fw_heap_t *heap, fw_page_t *page) {
+  fw_page_collect(page);
+  fw_page_check_empty(page);
+  fw_segment_page_free(heap->tld, page);
+}
+
+/* ---- emptied pages kept ---------------------------------------------------------
+ * A program that allocates a batch of blocks and frees it again (a
+ * request's scratch, a container rebuilt, a batch count above what the
+ * head page holds) empties the same pages round after round. Giving each
+ * back costs its segment's span bookkeeping and the empty-page scan, and
+ * the next round's page costs its set-up and the carving of its blocks (a
+ * write to each) again. So a heap keeps up to FREEWAY_PAGE_RETAIN KiB of
+ * emptied pages, out of the class queues and with their free lists intact,
+ * and fw_heap_page_new takes one of the class it needs before it asks the
+ * segment for a slot. A kept page carries FW_PF_RETAINED: with no block
+ * live, any free into it is a double free, and the flag sends every free
+ * to the checked path, which says so. When more pages are emptied than fit,
+ * the one kept longest goes back; one that two idle scans find still kept
+ * goes back too (fw_heap_retire_idle), as does every one when the heap is
+ * collected, released or short of memory. Pages of the checking modes, of
+ * the heap profiler and with interior blocks are not kept. */
+
+static size_t fw_page_bytes(const fw_page_t *page) { return (size_t)page->slices * FW_SLICE_SIZE; }
+
+static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page) {
+  if (page->prev) page->prev->next = page->next; else heap->retained = page->next;
+  if (page->next) page->next->prev = page->prev; else heap->retained_last = page->prev;
+  page->next = page->prev = NULL;
+  heap->retained_bytes -= fw_page_bytes(page);
+  fw_page_flags_set(page, 0);
+}
+
+static bool fw_heap_retain(fw_heap_t *heap, fw_page_t *page) {
+  size_t bytes = fw_page_bytes(page), cap = (size_t)fw_opt(PAGE_RETAIN) << 10;
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 || page->prof_side || bytes > cap || fw_secure)
+    return false;
+  while (heap->retained_bytes + bytes > cap) {
+    fw_page_t *old = heap->retained_last;
+    fw_retained_unlink(heap, old);
+    fw_heap_page_give_back(heap, old);
+  }
+  page->prev = NULL;
+  page->next = heap->retained;
+  if (heap->retained) heap->retained->prev = page; else heap->retained_last = page;
+  heap->retained = page;
+  heap->retained_bytes += bytes;
+  page->idle = 0;
+  fw_page_flags_set(page, FW_PF_RETAINED);
+  return true;
+}
+
+static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls) {
+  for (fw_page_t *pg = heap->retained; pg; pg = pg->next) {
+    if (pg->cls != cls) continue;
+    fw_retained_unlink(heap, pg);
+    return pg;
+  }
+  return NULL;
+}
+
+/* Every kept page back to its segment. */
+static void fw_heap_retained_flush(fw_heap_t *heap) {
+  while (heap->retained) {
+    fw_page_t *pg = heap->retained;
+    fw_retained_unlink(heap, pg);
+    fw_heap_page_give_back(heap, pg);
+  }
+}
+
+/* The page has no live block left (and is not a queue head): keep it or
+ * give it back. */
 static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   FW_ASSERT(page->used == 0);
   if ((page->flags & FW_PF_SAMPLES) && heap->samples[page->cls] == page) heap->samples[page->cls] = NULL;
@@ -177,9 +255,13 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   } else {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
-  fw_page_collect(page);
-  fw_page_check_empty(page);
-  if (page->kind != FW_KIND_LARGE || !fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
+  if (fw_heap_retain(heap, page)) return;
+  if (page->kind == FW_KIND_LARGE) {
+    fw_page_collect(page);
+    if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
+  } else {
+    fw_heap_page_give_back(heap, page);
+  }
   /* Memory freed in a burst is purged while the burst is still being freed
    * (once its delay is up), not only when the thread allocates again; every
    * eighth page is often enough, and spares a thread that frees big blocks
@@ -238,6 +320,7 @@ void fw_heap_collect_delayed(fw_heap_t *heap) {
 void fw_heap_housekeeping(fw_heap_t *heap, bool force) {
   uint64_t now = fw_os_clock_ms();
   fw_tld_t *tld = heap->tld;
+  if (force) fw_heap_retained_flush(heap);
   if (heap->lcache_bytes && (force || heap->lcache_due <= now)) fw_large_cache_flush(heap, force);
   if (force || (tld->purge_due && tld->purge_due <= now)) fw_segments_purge(tld, now, force);
   fw_arena_purge(now, force);
@@ -270,6 +353,15 @@ void fw_heap_retire_idle(fw_heap_t *heap) {
     fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */
     fw_segment_page_free(heap->tld, pg);
   }
+  for (fw_page_t *pg = heap->retained, *next; pg; pg = next) {
+    next = pg->next;
+    if (!pg->idle) {
+      pg->idle = 1;
+      continue;
+    }
+    fw_retained_unlink(heap, pg);
+    fw_heap_page_give_back(heap, pg);
+  }
 }
 
 void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
@@ -289,7 +381,8 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
       b = next;
     }
   }
-  /* 3. every page: drop it or hand it on */
+  /* 3. every page: drop it or hand it on (the kept ones have no block) */
+  fw_heap_retained_flush(heap);
   for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
     fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     while (q->first) {
@@ -321,6 +414,7 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
 
 void fw_heap_collect_internal(fw_heap_t *heap, bool force) {
   fw_heap_collect_delayed(heap);
+  fw_heap_retained_flush(heap);
   fw_large_cache_flush(heap, true);
   for (size_t c = 1; c <= FW_CLASS_COUNT; c++) {
     fw_page_queue_t *q = &heap->queues[c];
@@ -347,6 +441,7 @@ static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, vo
     const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     for (const fw_page_t *pg = q->first; pg; pg = pg->next) fn(pg, arg);
   }
+  for (const fw_page_t *pg = heap->retained; pg; pg = pg->next) fn(pg, arg);
 }
 
 /* Blocks freed but not yet folded into their page's local list count as

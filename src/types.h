@@ -40,6 +40,8 @@ enum {
   FW_PF_SAMPLED = 32,  /* holds blocks the heap profiler sampled (prof.c) */
   FW_PF_SAMPLES = 64,  /* serves the heap profiler's sampled blocks only: stays in
                           the heap's full list (heap.c) */
+  FW_PF_RETAINED = 128, /* emptied, kept by its heap for the next page of its class
+                           (heap.c): no block live, so every free into it is checked */
 };
 /* Bytes after the blocks of a page of sampled blocks (FW_PF_SAMPLES) for
  * each block: the heap profiler's record of it (prof.c). */
@@ -191,6 +193,8 @@ struct fw_heap_s {
   fw_page_t *samples[FW_CLASS_COUNT]; /* FREEWAY_PROFILE: the page sampled blocks of each
                                          class come from (FW_PF_SAMPLES) */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
+  fw_page_t *retained, *retained_last; /* emptied pages kept (FW_PF_RETAINED), newest first */
+  size_t retained_bytes;
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;
   size_t lcache_recent;            /* bytes of span blocks (up to 2 MiB) handed out since the last look */

@@ -665,6 +665,95 @@ static void t_idle(void) {
   X.heap_destroy(h);
 }
 
+/* ---- emptied pages kept ----------------------------------------------------------
+ * A heap keeps up to FREEWAY_PAGE_RETAIN KiB of pages a batch of frees
+ * emptied, free lists intact, for the next batch of the same size class:
+ * the batch comes back from the same memory with no page set up again. The
+ * checking modes keep none. A free into a kept page is a double free, and
+ * is reported as one. */
+enum { RETAIN_N = 80, RETAIN_SIZE = 4000 };
+
+static size_t retain_batch(fw_heap_t *h, void **p) {
+  for (size_t i = 0; i < RETAIN_N; i++) {
+    p[i] = X.heap_malloc(h, RETAIN_SIZE);
+    CHECK(p[i] != NULL);
+    memset(p[i], 0x5a, RETAIN_SIZE);
+  }
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  for (size_t i = 0; i < RETAIN_N; i++) X.free(p[i]);
+  return s.pages;
+}
+
+static void retain_double_free(void *arg) {
+  (void)arg;
+  fw_heap_t *h = X.heap_new();
+  void *p[RETAIN_N];
+  retain_batch(h, p);
+  X.free(p[0]); /* the first page: kept (the head is the newest page) */
+  _exit(0);
+}
+
+static void t_retain(void) {
+  bool checking = X.option_get("cautious") == 1 || X.option_get("secure") == 1;
+  long old = X.option_get("page_retain");
+  CHECK(old >= 0);
+  fw_heap_t *h = X.heap_new();
+  void *p[RETAIN_N], *q[RETAIN_N];
+  size_t busy = retain_batch(h, p);
+  CHECKF(busy >= 4, "%d blocks of %d B in only %zu pages", RETAIN_N, RETAIN_SIZE, busy);
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  CHECKF(s.blocks_live == 0, "%zu blocks live after freeing all", s.blocks_live);
+  if (checking || old * 1024 < (long)(busy * 64 * 1024)) {
+    CHECKF(s.pages <= 1, "%zu pages held after the batch was freed (cautious or secure mode, or page_retain %ld)",
+           s.pages, old);
+    X.heap_destroy(h);
+    return;
+  }
+  CHECKF(s.pages == busy, "%zu of the batch's %zu pages held after it was freed: the emptied ones were not kept",
+         s.pages, busy);
+  /* the next batch comes from the same pages */
+  size_t again = retain_batch(h, q);
+  CHECKF(again == busy, "the second batch took %zu pages, the first %zu", again, busy);
+  size_t reused = 0;
+  for (size_t i = 0; i < RETAIN_N; i++)
+    for (size_t j = 0; j < RETAIN_N; j++)
+      if (q[i] == p[j]) {
+        reused++;
+        break;
+      }
+  CHECKF(reused == RETAIN_N, "only %zu of the second batch's %d blocks came from the first batch's pages", reused,
+         (int)RETAIN_N);
+  /* the cap: two pages' worth */
+  CHECK(X.option_set("page_retain", 128) == 0);
+  retain_batch(h, p);
+  heap_stats(h, &s);
+  CHECKF(s.pages <= 3 && s.bytes_reserved <= 3 * (64 << 10), "%zu pages (%zu bytes) held with page_retain 128 KiB",
+         s.pages, s.bytes_reserved);
+  /* none */
+  CHECK(X.option_set("page_retain", 0) == 0);
+  retain_batch(h, p);
+  heap_stats(h, &s);
+  CHECKF(s.pages <= 1, "%zu pages held with page_retain 0", s.pages);
+  CHECK(X.option_set("page_retain", old) == 0);
+  /* fw_heap_collect gives the kept pages back */
+  retain_batch(h, p);
+  heap_stats(h, &s);
+  CHECK(s.pages == busy);
+  X.heap_collect(h, true);
+  heap_stats(h, &s);
+  CHECKF(s.pages == 0, "%zu pages held after fw_heap_collect(force)", s.pages);
+  X.heap_destroy(h);
+  /* a free into a kept page */
+  char out[4096];
+  int st = fwt_child(retain_double_free, NULL, out, sizeof out);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "a double free into a kept page: child status %#x (%s)", st,
+         out);
+  CHECKF(strstr(out, "double free") != NULL, "a double free into a kept page reported as: %.300s", out);
+  fwt_log("retain: %zu pages kept and reused; double free into one: %.120s", busy, out);
+}
+
 /* ---- queries after frees by other threads ---------------------------------------
  * Blocks another thread freed wait on their page's remote list (or, the first
  * one into a full page, on the heap's delayed list) until the owner next
@@ -727,6 +816,7 @@ static const fwt_section sections[] = {
   {"destroy", t_destroy},
   {"collect", t_collect},
   {"idle", t_idle},
+  {"retain", t_retain},
   {"many", t_many},
   {"remote_destroy", t_remote_destroy},
   {"remote_delete", t_remote_delete},
