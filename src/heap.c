@@ -255,8 +255,10 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   } else {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
-  if (fw_heap_retain(heap, page)) return;
-  if (page->kind == FW_KIND_LARGE) {
+  if (fw_heap_retain(heap, page)) {
+    /* counted below all the same: once the kept pages are at their cap,
+     * each one kept sends the oldest back */
+  } else if (page->kind == FW_KIND_LARGE) {
     fw_page_collect(page);
     if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
   } else {

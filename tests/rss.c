@@ -10,6 +10,11 @@
  *   realloc_grow:  buffers grown through every size class by realloc reuse
  *                  the pages the classes below left empty, so the memory
  *                  touched stays near the final size;
+ *   burst_purged:  with FREEWAY_PURGE_DELAY=1 and no call after the frees:
+ *                  the pages the frees empty are purged while the burst
+ *                  is still being freed (the frees run the purges that
+ *                  have come due), however many of them the heap keeps
+ *                  for reuse (FREEWAY_PAGE_RETAIN);
  *   quiet:         with a purge delay far longer than the test and no more
  *                  calls after the frees: the cap on empty segments a thread
  *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back;
@@ -142,6 +147,18 @@ static void t_purge_delay0(void) {
          "with FREEWAY_PURGE_DELAY=0 RSS stayed at %zu MiB (%zu before the burst, %zu with it) "
          "after %d more malloc/free calls",
          r2 / MiB, r0 / MiB, r1 / MiB, calls);
+}
+
+static void t_burst_purged(void) {
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL && strcmp(e, "1") == 0, "run this section with FREEWAY_PURGE_DELAY=1");
+  size_t r0, r1, r2;
+  burst_rss(5, &r0, &r1, &r2);
+  report("burst_purged", r0, r1, r2);
+  CHECKF(dropped(r0, r1, r2),
+         "with FREEWAY_PURGE_DELAY=1 RSS stayed at %zu MiB (%zu before the burst, %zu with it) right after "
+         "the frees (page_retain %ld KiB)",
+         r2 / MiB, r0 / MiB, r1 / MiB, X.option_get("page_retain"));
 }
 
 static void t_quiet(void) {
@@ -496,6 +513,7 @@ static const fwt_section sections[] = {
   {"calloc_fresh", t_calloc_fresh},
   {"_purge_delay0", t_purge_delay0},
   {"_quiet", t_quiet},
+  {"_burst_purged", t_burst_purged},
   {"large_reuse", t_large_reuse},
   {"realloc_grow", t_realloc_grow},
   {"big_churn", t_big_churn},
