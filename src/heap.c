@@ -190,17 +190,22 @@ static void fw_heap_page_give_back(fw_heap_t *heap, fw_page_t *page) {
  * and fw_heap_page_new takes one of the class it needs before it asks the
  * segment for a slot. A kept page carries FW_PF_RETAINED: with no block
  * live, any free into it is a double free, and the flag sends every free
- * to the checked path, which says so. When more pages are emptied than fit,
- * the one kept longest goes back; one that two idle scans find still kept
+ * to the checked path, which says so. A page emptied when the cap is
+ * reached goes back at once, while its blocks are still in the cache for
+ * the empty-page scan (a burst of frees would otherwise scan pages it
+ * emptied a megabyte earlier); one that two idle scans find still kept
  * goes back too (fw_heap_retire_idle), as does every one when the heap is
- * collected, released or short of memory. Pages of the checking modes, of
- * the heap profiler and with interior blocks are not kept. */
+ * collected, released or short of memory. A kept page that is taken again
+ * needs no scan: it stays a page of its class, so a block that a double
+ * free left live in it is never carved over, and the block that is on its
+ * list twice is stopped by the pops. Pages of the checking modes, of the
+ * heap profiler and with interior blocks are not kept. */
 
 static size_t fw_page_bytes(const fw_page_t *page) { return (size_t)page->slices * FW_SLICE_SIZE; }
 
 static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page) {
   if (page->prev) page->prev->next = page->next; else heap->retained = page->next;
-  if (page->next) page->next->prev = page->prev; else heap->retained_last = page->prev;
+  if (page->next) page->next->prev = page->prev;
   page->next = page->prev = NULL;
   heap->retained_bytes -= fw_page_bytes(page);
   fw_page_flags_set(page, 0);
@@ -208,16 +213,12 @@ static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page) {
 
 static bool fw_heap_retain(fw_heap_t *heap, fw_page_t *page) {
   size_t bytes = fw_page_bytes(page), cap = (size_t)fw_opt(PAGE_RETAIN) << 10;
-  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 || page->prof_side || bytes > cap || fw_secure)
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 || page->prof_side || fw_secure ||
+      heap->retained_bytes + bytes > cap)
     return false;
-  while (heap->retained_bytes + bytes > cap) {
-    fw_page_t *old = heap->retained_last;
-    fw_retained_unlink(heap, old);
-    fw_heap_page_give_back(heap, old);
-  }
   page->prev = NULL;
   page->next = heap->retained;
-  if (heap->retained) heap->retained->prev = page; else heap->retained_last = page;
+  if (heap->retained) heap->retained->prev = page;
   heap->retained = page;
   heap->retained_bytes += bytes;
   page->idle = 0;

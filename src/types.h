@@ -193,7 +193,7 @@ struct fw_heap_s {
   fw_page_t *samples[FW_CLASS_COUNT]; /* FREEWAY_PROFILE: the page sampled blocks of each
                                          class come from (FW_PF_SAMPLES) */
   uint64_t idle_scan_due;          /* ms: next check for idle queue heads */
-  fw_page_t *retained, *retained_last; /* emptied pages kept (FW_PF_RETAINED), newest first */
+  fw_page_t *retained;             /* emptied pages kept (FW_PF_RETAINED), newest first */
   size_t retained_bytes;
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;
