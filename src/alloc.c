@@ -130,7 +130,12 @@
  *      first. A page this empties stays warm for the adopter until the
  *      segment's deadline if the freeing thread has a heap (its slow paths
  *      run the purge pass), else it is purged at once.
- *   d. a page whose last block is freed returns to its segment; a segment
+ *   d. a page whose last block is freed waits, free list intact, among
+ *      its heap's kept pages (FREEWAY_PAGE_RETAIN KiB, heap.c) for the next
+ *      page of its class, so that a batch allocated and freed again does not
+ *      set its pages up anew each round; flagged, so any free into it is
+ *      checked. Beyond that cap, and after two idle scans, it returns to
+ *      its segment; a segment
  *      with no page returns to its arena. Both stay committed for
  *      FREEWAY_PURGE_DELAY ms (reuse is cheap) and are then purged
  *      (MADV_DONTNEED), so RSS falls after a burst; the chunks of a block
