@@ -103,6 +103,7 @@ fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
 }
 
 static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls);
+static void fw_heap_retained_give_back_kind(fw_heap_t *heap, int kind);
 
 fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
@@ -110,9 +111,15 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   fw_tld_t *tld = heap->tld;
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
-  if (heap->retained && (page = fw_heap_retained_take(heap, cls)) != NULL) {
-    fw_page_queue_push_front(heap, &heap->queues[cls], page);
-    return page;
+  if (heap->retained) {
+    if ((page = fw_heap_retained_take(heap, cls)) != NULL) {
+      fw_page_queue_push_front(heap, &heap->queues[cls], page);
+      return page;
+    }
+    /* none of this class: one of another class of the same kind gives its
+     * slot back, for the new page to reuse memory already touched (as an
+     * empty head does, below) rather than fresh memory */
+    fw_heap_retained_give_back_kind(heap, kind);
   }
   fw_page_retire_empty_head(heap, kind, cls);
   page = fw_segment_page_alloc(tld, kind, false);
@@ -233,6 +240,15 @@ static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls) {
     return pg;
   }
   return NULL;
+}
+
+static void fw_heap_retained_give_back_kind(fw_heap_t *heap, int kind) {
+  for (fw_page_t *pg = heap->retained; pg; pg = pg->next) {
+    if (pg->kind != kind) continue;
+    fw_retained_unlink(heap, pg);
+    fw_heap_page_give_back(heap, pg);
+    return;
+  }
 }
 
 /* Every kept page back to its segment. */

@@ -725,6 +725,18 @@ static void t_retain(void) {
       }
   CHECKF(reused == RETAIN_N, "only %zu of the second batch's %d blocks came from the first batch's pages", reused,
          (int)RETAIN_N);
+  /* a batch of another class takes the kept pages' slots, not fresh
+   * memory (a buffer grown by realloc moves from class to class) */
+  for (size_t i = 0; i < RETAIN_N; i++) {
+    q[i] = X.heap_malloc(h, 3000);
+    CHECK(q[i] != NULL);
+    memset(q[i], 0x3c, 3000);
+  }
+  heap_stats(h, &s);
+  CHECKF(s.pages <= busy + 1, "%zu pages held with a batch of 3000 B live after one of %d B was freed (%zu pages): "
+         "the kept pages did not give their slots to the new class", s.pages, RETAIN_SIZE, busy);
+  for (size_t i = 0; i < RETAIN_N; i++) X.free(q[i]);
+  X.heap_collect(h, true);
   /* the cap: two pages' worth */
   CHECK(X.option_set("page_retain", 128) == 0);
   retain_batch(h, p);
