@@ -102,8 +102,9 @@ fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   return page;
 }
 
-static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls);
-static void fw_heap_retained_give_back_kind(fw_heap_t *heap, int kind);
+static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind);
+static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page);
+static void fw_heap_retained_drop(fw_heap_t *heap, fw_page_t *page);
 
 fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   FW_ASSERT(heap != &fw_heap_empty && cls >= 1 && cls < FW_CLASS_COUNT);
@@ -112,14 +113,15 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
   if (heap->retained) {
-    if ((page = fw_heap_retained_take(heap, cls)) != NULL) {
+    if ((page = fw_heap_retained_find(heap, cls, kind)) != NULL) {
+      fw_retained_unlink(heap, page);
       fw_page_queue_push_front(heap, &heap->queues[cls], page);
       return page;
     }
     /* none of this class: one of another class of the same kind gives its
      * slot back, for the new page to reuse memory already touched (as an
      * empty head does, below) rather than fresh memory */
-    fw_heap_retained_give_back_kind(heap, kind);
+    if ((page = fw_heap_retained_find(heap, 0, kind)) != NULL) fw_heap_retained_drop(heap, page);
   }
   fw_page_retire_empty_head(heap, kind, cls);
   page = fw_segment_page_alloc(tld, kind, false);
@@ -233,31 +235,22 @@ static bool fw_heap_retain(fw_heap_t *heap, fw_page_t *page) {
   return true;
 }
 
-static fw_page_t *fw_heap_retained_take(fw_heap_t *heap, size_t cls) {
-  for (fw_page_t *pg = heap->retained; pg; pg = pg->next) {
-    if (pg->cls != cls) continue;
-    fw_retained_unlink(heap, pg);
-    return pg;
-  }
+/* The newest kept page of class cls, or with cls 0 of any class of kind. */
+static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind) {
+  for (fw_page_t *pg = heap->retained; pg; pg = pg->next)
+    if (cls ? pg->cls == cls : pg->kind == kind) return pg;
   return NULL;
 }
 
-static void fw_heap_retained_give_back_kind(fw_heap_t *heap, int kind) {
-  for (fw_page_t *pg = heap->retained; pg; pg = pg->next) {
-    if (pg->kind != kind) continue;
-    fw_retained_unlink(heap, pg);
-    fw_heap_page_give_back(heap, pg);
-    return;
-  }
+/* A kept page back to its segment. */
+static void fw_heap_retained_drop(fw_heap_t *heap, fw_page_t *page) {
+  fw_retained_unlink(heap, page);
+  fw_heap_page_give_back(heap, page);
 }
 
 /* Every kept page back to its segment. */
 static void fw_heap_retained_flush(fw_heap_t *heap) {
-  while (heap->retained) {
-    fw_page_t *pg = heap->retained;
-    fw_retained_unlink(heap, pg);
-    fw_heap_page_give_back(heap, pg);
-  }
+  while (heap->retained) fw_heap_retained_drop(heap, heap->retained);
 }
 
 /* The page has no live block left (and is not a queue head): keep it or
@@ -273,8 +266,8 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
   if (fw_heap_retain(heap, page)) {
-    /* counted below all the same: once the kept pages are at their cap,
-     * each one kept sends the oldest back */
+    /* counted below all the same: the purge check runs every eighth page
+     * emptied, kept or not */
   } else if (page->kind == FW_KIND_LARGE) {
     fw_page_collect(page);
     if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
@@ -378,8 +371,7 @@ void fw_heap_retire_idle(fw_heap_t *heap) {
       pg->idle = 1;
       continue;
     }
-    fw_retained_unlink(heap, pg);
-    fw_heap_page_give_back(heap, pg);
+    fw_heap_retained_drop(heap, pg);
   }
 }
 
