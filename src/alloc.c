@@ -114,10 +114,16 @@
  *      no flag): push on page->free, decrement page->used. The head page of
  *      each queue carries one extra count in used, so a malloc/free loop
  *      never sees used reach zero and never leaves the fast path.
- *   b. another thread: one compare-and-swap pushes the block on the page's
- *      xfree list (and, on 64-bit builds, counts it in the same word); the
- *      owner folds it in lazily when the page runs dry, as its new local
- *      list, without a walk when the count is known. The
+ *   b. another thread: the freeing thread holds the blocks of one page
+ *      (FREEWAY_REMOTE_BATCH of them, free.c) and one compare-and-swap
+ *      pushes them all on the page's xfree list (and, on 64-bit builds,
+ *      counts them in the same word), so that a consumer's frees do not
+ *      each write a line the owner and other threads write too; the page
+ *      counts held blocks live, so it stays put meanwhile. The owner folds
+ *      the list in lazily when the page runs dry, as its new local list,
+ *      without a walk when the count is known. Pages of user heaps (which
+ *      may be destroyed while a block waits) and the checking modes take
+ *      one CAS per block. The
  *      first free into a full page (xfree's DELAYED bit) clears the bit and
  *      goes to the owning heap's delayed list, which tells the owner that
  *      the page has room again without it scanning full pages; the frees
@@ -221,6 +227,7 @@ void *fw_enomem(void) {
  * about to be handed out again is checked first. */
 static void *fw_malloc_plain_ex(fw_heap_t *heap, size_t size, bool *fresh, bool cautious) {
   FW_ASSERT(heap != &fw_heap_empty);
+  fw_free_remote_flush_if(heap->tld);
   if (atomic_load_explicit(&heap->delayed, memory_order_relaxed)) fw_heap_collect_delayed(heap);
   if (fw_unlikely((++heap->slow_count & 63) == 0)) {
     fw_heap_housekeeping(heap, false);

@@ -56,7 +56,7 @@ FW_COLD static void *fw_new_slow(size_t size, unsigned form) {
 }
 FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment) {
   if (fw_cautious) fw_free_checked(p, how, size, alignment);
-  else fw_free_generic(p);
+  else fw_free_slow(p);
 }
 
 /* The plain forms test the option only when the fast path misses, which it

@@ -76,7 +76,7 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
 #endif
 
 FW_INLINE void fw_free_fast(void *p) {
-  if (fw_unlikely(!fw_free_try_fast(p))) fw_free_generic(p);
+  if (fw_unlikely(!fw_free_try_fast(p))) fw_free_slow(p);
 }
 
 /* The thread's heap for an entry point that is not the fast path: NULL sends

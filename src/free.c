@@ -40,6 +40,107 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
   fw_page_free_remote(page, b);
 }
 
+/* ---- remote frees, batched -------------------------------------------------
+ * A thread that frees many blocks of another thread's pages (a consumer, a
+ * pool's list nodes handed around) would pay a compare-and-swap per block
+ * on a line the owner and the other freeing threads also write. In the
+ * default mode such a free instead links the block into this thread's
+ * entry for its page (tld->rfree, a small table indexed by a hash of the
+ * page): the blocks of one page go to it as one list, with one CAS
+ * (fw_page_free_remote_list), when the entry is wanted for another page,
+ * when it holds FREEWAY_REMOTE_BATCH blocks or FW_RFREE_BYTES, on this
+ * thread's slow path (a page used up), and when it collects or exits. A
+ * block waits at most that long; its page counts it live meanwhile, so the
+ * page stays where it is (its owner cannot retire it).
+ * Only pages of a thread's default heap are batched: a user heap may be
+ * destroyed while a block freed into it before waits here. A page never
+ * goes from a default heap to a user heap (adoption and fw_heap_delete move
+ * pages to default heaps only), so a page seen in a default heap stays in
+ * one, or in an abandoned segment, until its last block comes back. The
+ * checks of fw_free_generic ran before a block gets here; the links of a
+ * list are checked as the owner takes it, as for any remote free. Not in
+ * cautious mode (its frees take fw_free_checked) nor at the secure level,
+ * whose frees are to be seen at once. */
+#define FW_RFREE_BYTES ((uint32_t)64 << 10)
+
+FW_INLINE size_t fw_rfree_slot(const fw_page_t *page) {
+  uint64_t h = (uint64_t)(uintptr_t)page >> FW_PAGE_DESC_SHIFT;
+  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 60) & (FW_RFREE_SLOTS - 1);
+}
+
+/* Hands an entry's blocks to their page: one CAS if the owner is still
+ * another live thread; else (it exited, or this thread took the segment
+ * over meanwhile) each block the way a single free goes. */
+static void fw_rfree_flush_slot(fw_tld_t *tld, size_t i) {
+  fw_rfree_t *e = &tld->rfree[i];
+  fw_page_t *page = e->page;
+  fw_block_t *b = e->head;
+  uint32_t n = e->n;
+  e->page = NULL;
+  tld->rfree_used &= ~(1u << i);
+  fw_segment_t *seg = fw_page_segment(page);
+  uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_acquire);
+  if (owner != 0 && owner != fw_thread_id()) {
+    fw_page_free_remote_list(page, b, e->tail, n);
+    return;
+  }
+  while (n--) {
+    uintptr_t t = fw_link_decode(b);
+    fw_block_t *next = (fw_block_t *)(t ^ (uintptr_t)b);
+    /* a write into a block after its free: the page's owner would stop at
+     * it; so does this walk */
+    if (n && fw_unlikely(FW_LINK_BAD_PAGE(t, page))) fw_list_corrupt(page, b, t);
+    fw_free_route(seg, page, b);
+    b = next;
+  }
+}
+
+void fw_free_remote_flush(fw_tld_t *tld) {
+  while (tld->rfree_used) fw_rfree_flush_slot(tld, (size_t)__builtin_ctz(tld->rfree_used));
+}
+
+FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page) {
+  if (fw_secure || page->kind == FW_KIND_LARGE || (fw_page_flags(page) & ~(FW_PF_FULL | FW_PF_ALIGNED))) return false;
+  uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed);
+  if (owner == 0 || owner == fw_thread_id()) return false;
+  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  return heap && __atomic_load_n(&heap->is_default, __ATOMIC_RELAXED);
+}
+
+FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
+
+/* fw_free_route, with another thread's blocks batched where they may be. */
+FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  fw_heap_t *me = FW_TLS(fw_tls_heap);
+  long batch = fw_opt(REMOTE_BATCH);
+  if (!batch || !fw_rfree_wanted(seg, page)) {
+    fw_free_route(seg, page, b);
+    return;
+  }
+  if (me == &fw_heap_empty) {
+    FW_TLS(fw_tls_rfree_heapless)++;
+    fw_free_route(seg, page, b);
+    return;
+  }
+  fw_tld_t *tld = me->tld;
+  size_t i = fw_rfree_slot(page);
+  fw_rfree_t *e = &tld->rfree[i];
+  if (e->page != page) {
+    if (e->page) fw_rfree_flush_slot(tld, i);
+    e->page = page;
+    e->head = FW_LIST_END;
+    e->tail = b;
+    e->n = 0;
+    e->bytes = 0;
+    tld->rfree_used |= 1u << i;
+  }
+  fw_block_set_next(b, e->head);
+  e->head = b;
+  e->n++;
+  e->bytes += (uint32_t)page->block_size;
+  if (e->n >= (uint32_t)batch || e->bytes >= FW_RFREE_BYTES) fw_rfree_flush_slot(tld, i);
+}
+
 void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
   if (!p) return;
   fw_page_t *page;
@@ -103,7 +204,7 @@ void fw_free_generic(void *p) {
       atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() && page->aligned_live &&
       --page->aligned_live == 0)
     fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_ALIGNED);
-  fw_free_route(seg, page, b);
+  fw_free_route_batched(seg, page, b);
 }
 
 /* The default mode's checks of a block that reaches a slow path (a remote

@@ -7,6 +7,7 @@
 #include "options.h"
 #include "page.h"
 #include "segment.h"
+#include "os.h"
 
 /* Everything the fast path below does not do. (size, heap): the order the
  * malloc fast path has them in, so that its miss reaches this with a
@@ -24,6 +25,16 @@ FW_HIDDEN size_t fw_usable_size(const void *p);
 /* Frees a block that was checked already (a late remote free found on a
  * recycled heap struct): routed like any other free. */
 FW_HIDDEN void fw_free_unchecked(fw_block_t *b);
+/* Hands over the blocks of other threads' pages this thread freed and holds
+ * for a batch (free.c): on its slow path, when it collects, at its exit. */
+FW_HIDDEN void fw_free_remote_flush(fw_tld_t *tld);
+/* Frees by this thread, while it had no heap, that would have been held
+ * for a batch (blocks of live threads' default heaps): the thread layer
+ * sets such a thread up once it has made a few (thread.c fw_free_slow). */
+FW_HIDDEN extern FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
+FW_INLINE void fw_free_remote_flush_if(fw_tld_t *tld) {
+  if (fw_unlikely(tld->rfree_used)) fw_free_remote_flush(tld);
+}
 FW_HIDDEN void *fw_enomem(void);
 /* Stops the process with a report if p is not a live block of page (b: its
  * block start); freed names what a block found free already means. */

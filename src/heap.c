@@ -30,13 +30,14 @@ fw_heap_t *fw_heap_struct_new(fw_tld_t *tld, bool is_default) {
     heap = fw_meta_alloc(sizeof(fw_heap_t));
     if (!heap) return NULL;
   }
-  /* Everything but the owner (stored last, atomically) and the delayed
-   * list, which may hold late remote frees from the heap's previous life:
-   * the next slow path folds them in. */
+  /* Everything but the owner (stored last, atomically), the delayed
+   * list, which may hold late remote frees from the heap's previous life
+   * (the next slow path folds them in), and is_default, which other
+   * threads' frees may read at any time. */
   memset(heap, 0, offsetof(fw_heap_t, thread_id));
   for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
   heap->tld = tld;
-  heap->is_default = is_default;
+  __atomic_store_n(&heap->is_default, is_default, __ATOMIC_RELAXED);
   heap->next = tld->heaps;
   if (tld->heaps) tld->heaps->prev = heap;
   tld->heaps = heap;

@@ -110,6 +110,7 @@ size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
 
 void fw_heap_collect(fw_heap_t *heap, bool force) {
   if (!fw_heap_owned(heap, "fw_heap_collect")) return;
+  if (heap != &fw_heap_empty) fw_free_remote_flush_if(heap->tld);
   fw_heap_collect_internal(heap, force);
 }
 
@@ -148,6 +149,7 @@ void fw_collect(bool force) {
   fw_heap_t *heap = FW_TLS(fw_tls_heap);
   uint64_t now = fw_os_clock_ms();
   if (heap != &fw_heap_empty) {
+    fw_free_remote_flush_if(heap->tld);
     /* adopt what exited threads left, so their freed blocks can go back too */
     if (force && fw_opt(RECLAIM))
       for (int i = 0; i < 100000 && fw_abandon_reclaim_one(heap->tld->heap_default); i++) {

@@ -442,19 +442,20 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   return NULL;
 }
 
-/* xfree's count bits after b is pushed on the list of x. */
-static uintptr_t fw_xfree_count_next(uintptr_t x, const fw_block_t *b) {
+/* xfree's count bits after n blocks starting at b are pushed on the list
+ * of x. */
+static uintptr_t fw_xfree_count_next(uintptr_t x, const fw_block_t *b, uint32_t n) {
 #ifdef FW_XFREE_COUNT_SHIFT
-  uint32_t n = FW_XFREE_COUNT(x);
-  if ((FW_XFREE_LIST(x) && n == 0) || n == 0xffff || ((uintptr_t)b >> FW_XFREE_COUNT_SHIFT)) return 0;
-  return (uintptr_t)(n + 1) << FW_XFREE_COUNT_SHIFT;
+  uint32_t c = FW_XFREE_COUNT(x);
+  if ((FW_XFREE_LIST(x) && c == 0) || c + n > 0xffff || ((uintptr_t)b >> FW_XFREE_COUNT_SHIFT)) return 0;
+  return (uintptr_t)(c + n) << FW_XFREE_COUNT_SHIFT;
 #else
-  (void)x, (void)b;
+  (void)x, (void)b, (void)n;
   return 0;
 #endif
 }
 
-void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
+void fw_page_free_remote_list(fw_page_t *page, fw_block_t *head, fw_block_t *tail, uint32_t n) {
   uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
   while (true) {
     if (x & FW_XFREE_DELAYED) {
@@ -467,21 +468,28 @@ void fw_page_free_remote(fw_page_t *page, fw_block_t *b) {
         if (!atomic_compare_exchange_weak_explicit(&page->xfree, &x, x & ~FW_XFREE_DELAYED,
                                                    memory_order_acq_rel, memory_order_relaxed))
           continue;
-        fw_block_t *head = atomic_load_explicit(&heap->delayed, memory_order_relaxed);
+        fw_block_t *b = head;
+        if (n > 1) head = fw_block_next(b);  /* before the delayed list's link replaces it */
+        fw_block_t *dhead = atomic_load_explicit(&heap->delayed, memory_order_relaxed);
         do {
-          fw_delayed_set_next(b, head);
-        } while (!atomic_compare_exchange_weak_explicit(&heap->delayed, &head, b, memory_order_release,
+          fw_delayed_set_next(b, dhead);
+        } while (!atomic_compare_exchange_weak_explicit(&heap->delayed, &dhead, b, memory_order_release,
                                                         memory_order_relaxed));
-        return;
+        if (--n == 0) return;
+        x &= ~FW_XFREE_DELAYED;
+        continue;
       }
     }
-    fw_block_t *head = FW_XFREE_LIST(x);
-    fw_block_set_next(b, head ? head : FW_LIST_END);
-    if (atomic_compare_exchange_weak_explicit(&page->xfree, &x, (uintptr_t)b | (x & FW_XFREE_DELAYED) | fw_xfree_count_next(x, b),
+    fw_block_t *old = FW_XFREE_LIST(x);
+    fw_block_set_next(tail, old ? old : FW_LIST_END);
+    if (atomic_compare_exchange_weak_explicit(&page->xfree, &x,
+                                              (uintptr_t)head | (x & FW_XFREE_DELAYED) | fw_xfree_count_next(x, head, n),
                                               memory_order_release, memory_order_relaxed))
       return;
   }
 }
+
+void fw_page_free_remote(fw_page_t *page, fw_block_t *b) { fw_page_free_remote_list(page, b, b, 1); }
 
 fw_page_t *fw_page_of_pointer(const void *p, uintptr_t owner) {
   if (!p || ((uintptr_t)p & 7)) return NULL;

@@ -224,6 +224,10 @@ FW_HIDDEN void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls);
 /* A free by a thread that does not own the page: one compare-and-swap on
  * the page's list or, if the page is full, on its heap's delayed list. */
 FW_HIDDEN void fw_page_free_remote(fw_page_t *page, fw_block_t *b);
+/* Several blocks of page at once: the list head..tail of n blocks, linked
+ * as the page's lists are (tail's link is set here), with one CAS (two
+ * more if the page is full: the first block tells its heap). */
+FW_HIDDEN void fw_page_free_remote_list(fw_page_t *page, fw_block_t *head, fw_block_t *tail, uint32_t n);
 /* The page of a pointer freeway may not have handed out (validated: mapped,
  * a segment header of ours, a page in use, inside its carved blocks), or
  * NULL. With owner non-zero, the segment must be that thread's; this is

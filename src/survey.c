@@ -27,6 +27,7 @@
 #include "segment.h"
 #include "page.h"
 #include "heap.h"
+#include "front.h"
 #include "check.h"
 #include "message.h"
 #include "options.h"
@@ -911,6 +912,10 @@ static void fw_survey_dump(bool on_signal) {
 }
 
 void fw_survey_at_exit(void) {
+  /* the blocks of other threads' pages this thread holds for a batch are
+   * freed: the reports must not show them live */
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
+  if (heap != &fw_heap_empty) fw_free_remote_flush_if(heap->tld);
   fw_survey_dump(false);
   if (fw_prof_on) {
     if (!fw_topt(REPORT_DIR)) fw_message("warning: FREEWAY_PROFILE=1 needs FREEWAY_REPORT_DIR: no profile written\n");

@@ -133,6 +133,7 @@ void fw_thread_free_late(void) {
 }
 
 static void fw_thread_teardown(fw_tld_t *tld) {
+  fw_free_remote_flush(tld);
   /* From here on this thread's frees take the no-heap way */
   FW_TLS(fw_tls_heap) = &fw_heap_empty;
   while (tld->heaps) {
@@ -169,6 +170,26 @@ static void fw_thread_done(void *arg) {
 void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
   if (fw_unlikely(heap == &fw_heap_empty)) return fw_thread_alloc(FW_OP_MALLOC, NULL, size, 0);
   return fw_malloc_generic(size, heap);
+}
+
+/* A thread that only frees (a consumer) has no heap, and so nowhere to
+ * hold other threads' blocks for a batch (free.c): it is set up once it
+ * has freed FW_FREES_BEFORE_SETUP blocks it could have held, so that one
+ * that frees a few costs no set-up and teardown, and one that frees many
+ * batches them. Frees into exited threads' segments do not count: a
+ * thread with no heap gives what they empty back at once, where one with
+ * a heap would wait for slow paths this one may never take. */
+#define FW_FREES_BEFORE_SETUP 16
+
+void fw_free_slow(void *p) {
+  fw_free_generic(p);
+  if (fw_unlikely(FW_TLS(fw_tls_heap) == &fw_heap_empty) &&
+      FW_TLS(fw_tls_rfree_heapless) == FW_FREES_BEFORE_SETUP && !FW_TLS(fw_tls_exited)) {
+    FW_TLS(fw_tls_rfree_heapless)++;
+    int saved = errno;
+    fw_thread_setup();
+    errno = saved;
+  }
 }
 
 void *fw_thread_alloc(int op, void *p, size_t size, size_t align) {

@@ -9,6 +9,8 @@ FW_HIDDEN void fw_process_init(void);
 /* The fast path missed (fast.h): heap is the thread's pointer, possibly
  * fw_heap_empty. */
 FW_HIDDEN void *fw_malloc_slow(size_t size, fw_heap_t *heap);
+/* The free fast path missed (fast.h); p may be NULL. */
+FW_HIDDEN void fw_free_slow(void *p);
 /* An allocation with no heap ready: the thread's first, or one made after
  * the thread's exit began (served, then everything abandoned again). */
 enum { FW_OP_MALLOC, FW_OP_ZERO, FW_OP_ALIGNED, FW_OP_REALLOC };

@@ -199,7 +199,6 @@ struct fw_heap_s {
   size_t lcache_bytes;
   size_t lcache_recent;            /* bytes of span blocks (up to 2 MiB) handed out since the last look */
   uint64_t lcache_due;             /* ms: next look for cached pages not reused */
-  bool is_default;
   /* Last, and never cleared by a memset when the struct is recycled: other
    * threads may read them at any time. The owner check of a call on a dead
    * handle reads thread_id; a remote free that read page->heap just before
@@ -208,6 +207,8 @@ struct fw_heap_s {
    * the fields above. */
   _Alignas(64) _Atomic(uintptr_t) thread_id; /* owner; 0 for a heap struct not in use */
   _Atomic(fw_block_t *) delayed;   /* remote frees into full pages */
+  bool is_default;                 /* a thread's default heap: written atomically, since
+                                      other threads' frees read it (free.c) */
 };
 
 /* What a thread counted for the ledger (survey.c), written by the thread
@@ -238,6 +239,17 @@ FW_INLINE uint64_t fw_count_read(const uint64_t *c) {
 #endif
 }
 
+/* Blocks of one page of another thread's, freed by this thread and held
+ * to be handed over together (free.c, "remote frees, batched"): a list
+ * linked as the page's own lists are, tail's link set at the hand-over. */
+typedef struct fw_rfree_s {
+  fw_page_t *page;  /* NULL: the entry is free */
+  fw_block_t *head, *tail;
+  uint32_t n;
+  uint32_t bytes;
+} fw_rfree_t;
+#define FW_RFREE_SLOTS 16
+
 /* Per-thread data: what the thread owns besides its heaps. */
 struct fw_tld_s {
   uintptr_t thread_id;
@@ -257,6 +269,8 @@ struct fw_tld_s {
   fw_counts_t counts;
   void *prof_cache;                 /* the heap profiler's (prof.c): kept when the
                                        struct is recycled, emptied for the next thread */
+  uint32_t rfree_used;              /* bit i: rfree[i] holds blocks */
+  fw_rfree_t rfree[FW_RFREE_SLOTS]; /* other threads' blocks this thread freed (free.c) */
 };
 
 /* ---- address arithmetic ----------------------------------------------------

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -766,6 +767,202 @@ static void t_retain(void) {
   fwt_log("retain: %zu pages kept and reused; double free into one: %.120s", busy, out);
 }
 
+/* ---- frees of another thread's blocks, batched ---------------------------------
+ * A thread that frees blocks of another thread's default heap holds those of
+ * one page and hands them over together (FREEWAY_REMOTE_BATCH, free.c): till
+ * then the owner counts them live. They come back when the freeing thread
+ * collects, when it holds a batch, and when it exits. Not in the checking
+ * modes, and never for a user heap, which may be destroyed while blocks
+ * freed into it would wait. */
+enum { RB_N = 20, RB_SIZE = 48, RB_MAX = 4000 };
+
+typedef struct {
+  void **p;
+  size_t n;
+  bool collect;     /* collect after the frees (else: exit holding them) */
+  bool heapless;    /* frees only: no allocation of its own first */
+  atomic_int step;  /* the main thread sets 1: free; 3: collect; 5: exit;
+                       the thread answers 2: freed; 4: collected */
+  pthread_t t;
+} rb_job;
+
+static void rb_wait(atomic_int *step, int want) {
+  while (atomic_load(step) < want) sched_yield();
+}
+
+static void *rb_free(void *arg) {
+  rb_job *j = arg;
+  if (!j->heapless) X.free(X.malloc(1000)); /* a thread that allocates too has its heap */
+  rb_wait(&j->step, 1);
+  for (size_t i = 0; i < j->n; i++) X.free(j->p[i]);
+  if (!j->collect) return NULL;
+  atomic_store(&j->step, 2);
+  rb_wait(&j->step, 3);
+  X.collect(false);
+  atomic_store(&j->step, 4);
+  rb_wait(&j->step, 5);
+  return NULL;
+}
+
+/* RB_N blocks of one page of h (blocks of up to 8 KiB share a 64 KiB-aligned
+ * page); the others taken on the way are in *extra, *nextra of them. */
+static void rb_batch(fw_heap_t *h, void **p, void **extra, size_t *nextra) {
+  size_t n = 0;
+  *nextra = 0;
+  while (n < RB_N) {
+    void *q = X.heap_malloc(h, RB_SIZE);
+    CHECK(q != NULL);
+    if (n && ((uintptr_t)q >> 16) != ((uintptr_t)p[0] >> 16)) {
+      CHECK(*nextra < RB_MAX);
+      for (size_t i = 0; i < n; i++) extra[(*nextra)++] = p[i];
+      n = 0;
+    }
+    p[n++] = q;
+  }
+}
+
+static size_t rb_live(fw_heap_t *h) {
+  X.heap_collect(h, false);
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  return s.blocks_live;
+}
+
+/* Starts a thread that will free p[0..RB_N) (pthread_create allocates in
+ * the calling thread: the count is taken after it); returns h's live
+ * blocks then. */
+static size_t rb_start(rb_job *j, fw_heap_t *h, void **p, bool collect, bool heapless) {
+  j->p = p;
+  j->n = RB_N;
+  j->collect = collect;
+  j->heapless = heapless;
+  atomic_store(&j->step, 0);
+  CHECK(pthread_create(&j->t, NULL, rb_free, j) == 0);
+  return rb_live(h);
+}
+
+/* Lets the thread free, and returns h's live blocks once it has (and, with
+ * collect, before it collects). */
+static size_t rb_freed(rb_job *j, fw_heap_t *h) {
+  atomic_store(&j->step, 1);
+  if (j->collect) rb_wait(&j->step, 2);
+  else CHECK(pthread_join(j->t, NULL) == 0);
+  return rb_live(h);
+}
+
+/* The thread collects; h's live blocks then. */
+static size_t rb_collected(rb_job *j, fw_heap_t *h) {
+  atomic_store(&j->step, 3);
+  rb_wait(&j->step, 4);
+  size_t n = rb_live(h);
+  atomic_store(&j->step, 5);
+  CHECK(pthread_join(j->t, NULL) == 0);
+  return n;
+}
+
+static void t_remote_batch(void) {
+  long old = X.option_get("remote_batch");
+  bool batching = X.option_get("cautious") != 1 && X.option_get("secure") != 1 && old > 0;
+  if (old > 0) CHECK(X.option_set("remote_batch", 32) == 0);
+  fw_heap_t *def = X.heap_get_default();
+  CHECK(def != NULL);
+  void *p[RB_N], **extra = fwt_scratch(RB_MAX * sizeof *extra);
+  size_t nextra;
+  rb_job j;
+
+  /* held until the freeing thread collects */
+  rb_batch(def, p, extra, &nextra);
+  size_t before = rb_start(&j, def, p, true, false);
+  size_t held = rb_freed(&j, def);
+  CHECKF(held == (batching ? before : before - RB_N), "%zu blocks live after another thread freed %d of %zu (%s)",
+         held, (int)RB_N, before, batching ? "held by it for a batch" : "no batching in this mode");
+  size_t after = rb_collected(&j, def);
+  CHECKF(after == before - RB_N, "%zu blocks live after the freeing thread collected, want %zu", after,
+         before - RB_N);
+  for (size_t i = 0; i < nextra; i++) X.free(extra[i]);
+
+  /* handed over when the freeing thread exits */
+  rb_batch(def, p, extra, &nextra);
+  before = rb_start(&j, def, p, false, false);
+  after = rb_freed(&j, def);
+  CHECKF(after == before - RB_N, "%zu blocks live after the freeing thread exited, want %zu", after, before - RB_N);
+  for (size_t i = 0; i < nextra; i++) X.free(extra[i]);
+
+  /* a thread that only frees gets its heap, and holds blocks, once it has
+   * freed a few */
+  rb_batch(def, p, extra, &nextra);
+  before = rb_start(&j, def, p, true, true);
+  held = rb_freed(&j, def);
+  CHECKF(batching ? held > before - RB_N && held < before : held == before - RB_N,
+         "a thread that only frees: %zu blocks live after it freed %d of %zu", held, (int)RB_N, before);
+  after = rb_collected(&j, def);
+  CHECKF(after == before - RB_N, "%zu blocks live after the thread that only frees collected, want %zu", after,
+         before - RB_N);
+  for (size_t i = 0; i < nextra; i++) X.free(extra[i]);
+
+  /* a batch of 4: 20 blocks go over in five batches, none held */
+  if (batching) {
+    CHECK(X.option_set("remote_batch", 4) == 0);
+    rb_batch(def, p, extra, &nextra);
+    before = rb_start(&j, def, p, true, false);
+    held = rb_freed(&j, def);
+    CHECKF(held == before - RB_N, "remote_batch 4: %zu blocks live after another thread freed %d of %zu, want %zu",
+           held, (int)RB_N, before, before - RB_N);
+    rb_collected(&j, def);
+    for (size_t i = 0; i < nextra; i++) X.free(extra[i]);
+    CHECK(X.option_set("remote_batch", 32) == 0);
+  }
+
+  /* a user heap's blocks go back at once: destroying the heap while the
+   * freeing thread lives on loses nothing of it */
+  fw_heap_t *h = X.heap_new();
+  CHECK(h != NULL);
+  rb_batch(h, p, extra, &nextra);
+  before = rb_start(&j, h, p, true, false);
+  held = rb_freed(&j, h);
+  CHECKF(held == before - RB_N, "user heap: %zu blocks live after another thread freed %d of %zu", held, (int)RB_N,
+         before);
+  X.heap_destroy(h);
+  atomic_store(&j.step, 3);
+  rb_wait(&j.step, 4);
+  atomic_store(&j.step, 5);
+  CHECK(pthread_join(j.t, NULL) == 0);
+  /* the memory of the destroyed heap serves again, intact */
+  for (size_t i = 0; i < RB_N; i++) {
+    p[i] = X.malloc(RB_SIZE);
+    CHECK(p[i] != NULL);
+    memset(p[i], 0x3c, RB_SIZE);
+  }
+  for (size_t i = 0; i < RB_N; i++) X.free(p[i]);
+  CHECK(X.option_set("remote_batch", old) == 0);
+  fwt_scratch_free(extra, RB_MAX * sizeof *extra);
+  fwt_log("remote_batch: %s", batching ? "blocks held until collect, exit and batch size" : "no batching in this mode");
+}
+
+static void *rb_double_free(void *arg) {
+  void *b = arg;
+  X.free(b);
+  X.free(b); /* held for a batch: its first word is a list link now */
+  return NULL;
+}
+
+static void t_remote_batch_double(void *arg) {
+  (void)arg;
+  void *b = X.malloc(RB_SIZE);
+  pthread_t t;
+  if (pthread_create(&t, NULL, rb_double_free, b) != 0) _exit(3);
+  pthread_join(t, NULL);
+  _exit(0);
+}
+
+static void t_remote_batch_df(void) {
+  char out[4096];
+  int st = fwt_child(t_remote_batch_double, NULL, out, sizeof out);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "a second free by another thread: child status %#x (%s)", st,
+         out);
+  CHECKF(strstr(out, "double free") != NULL, "a second free by another thread reported as: %.300s", out);
+}
+
 /* ---- queries after frees by other threads ---------------------------------------
  * Blocks another thread freed wait on their page's remote list (or, the first
  * one into a full page, on the heap's delayed list) until the owner next
@@ -829,6 +1026,8 @@ static const fwt_section sections[] = {
   {"collect", t_collect},
   {"idle", t_idle},
   {"retain", t_retain},
+  {"remote_batch", t_remote_batch},
+  {"remote_batch_df", t_remote_batch_df},
   {"many", t_many},
   {"remote_destroy", t_remote_destroy},
   {"remote_delete", t_remote_delete},
