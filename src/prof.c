@@ -232,10 +232,13 @@ static intptr_t fw_prof_interval(fw_heap_t *heap) {
  * size is sampled) allocations, in 1/65536ths. */
 static int64_t fw_prof_weight(size_t size) {
   double x = (size ? (double)size : 1) / fw_prof_rate, objects;
-  if (x < 0.0625) {
-    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + ...: good to 1e-12
-     * here, without the exponential */
-    objects = 1 / x + 0.5 + x * (1.0 / 12 - x * x * (1.0 / 720));
+  if (x < 0.5) {
+    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + x^5/30240 -
+     * x^7/1209600 + x^9/47900160 - ... (the Bernoulli numbers): good to
+     * 1e-13 here, without the exponential */
+    double x2 = x * x;
+    objects = 1 / x + 0.5 +
+              x * (1.0 / 12 - x2 * (1.0 / 720 - x2 * (1.0 / 30240 - x2 * (1.0 / 1209600 - x2 * (1.0 / 47900160)))));
   } else {
     double prob = 1 - fw_exp_neg(x);
     objects = prob > 0 ? 1 / prob : 1;
@@ -243,6 +246,8 @@ static int64_t fw_prof_weight(size_t size) {
   return (int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5);
 }
 
+/* The same, remembered per size: a program's samples mostly come in a
+ * few sizes. */
 static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
   size_t i = (size_t)(((uint64_t)size * 0x9e3779b97f4a7c15u) >> 59) & (FW_MEMO - 1);
   if (c->memo[i].key != size + 1) {
