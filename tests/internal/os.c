@@ -347,15 +347,18 @@ __attribute__((noinline)) static void bt_compare(void) {
 
 static volatile int bt_sink;
 
-__attribute__((noinline)) static int bt_rec(int d) {
+/* d frames, then leaf */
+__attribute__((noinline)) static int bt_rec_to(int d, void (*leaf)(void)) {
   if (d == 0) {
-    bt_compare();
+    leaf();
     return 1;
   }
   volatile int x = d;
-  int r = bt_rec(d - 1);
+  int r = bt_rec_to(d - 1, leaf);
   return r + x;
 }
+
+static int bt_rec(int d) { return bt_rec_to(d, bt_compare); }
 
 /* a frame whose CFA is kept by the frame pointer (the stack pointer moves
  * by a size only known at run time) */
@@ -529,20 +532,10 @@ __attribute__((noinline)) static void bt_compare_quiet(void) {
            (unsigned long)slow[i + 1], (unsigned long)quick[i]);
 }
 
-__attribute__((noinline)) static int bt_rec_quiet(int d) {
-  if (d == 0) {
-    bt_compare_quiet();
-    return 1;
-  }
-  volatile int x = d;
-  int r = bt_rec_quiet(d - 1);
-  return r + x;
-}
-
 static void *bt_racer(void *arg) {
   (void)arg;
   pthread_barrier_wait(&bt_start);
-  for (int d = 0; d < 12; d++) bt_rec_quiet(d);
+  for (int d = 0; d < 12; d++) bt_rec_to(d, bt_compare_quiet);
   return NULL;
 }
 
