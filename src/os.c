@@ -621,32 +621,22 @@ static void fw_rule_decode(uintptr_t pc, fw_rule_t *rule) {
 
 /* The packed rule of pc when the table has no FW_R_STEP for it: the
  * table's end or refusal, or decoded, and kept when it is for good. A rule
- * the word cannot hold is FW_R_HARD. */
+ * the word cannot hold is FW_R_HARD. Threads that start at once meet the
+ * same new return addresses and may each decode one: the same word, stored
+ * twice. Waiting for the thread that decodes it instead cost more (on two
+ * cores and sixteen threads, turns given up to a decoder that had lost its
+ * core) than the decoding, a few thousand instructions per frame, without
+ * a lock where the C library finds the object of an address without one. */
 FW_NOINLINE static uint64_t fw_rule_miss(uintptr_t pc) {
   fw_rule_t rule;
   _Atomic(uint64_t) *slot = &fw_rules[fw_rule_index(pc)];
   uint64_t tag = (uint64_t)(pc >> FW_RULE_BITS) << FW_RULE_TAG;
-  /* A pc whose rule another thread is decoding: its word without a kind
-   * (FW_R_NONE), bit 2 set so that it is not an empty slot. Threads that
-   * start at once meet the same new return addresses, and the decoding
-   * (the unwinder's lookup, under the dynamic loader's lock) is better done
-   * once than by each of them in turn; a wait that lasts (the decoder
-   * stopped, a fork's child) gives up and decodes. */
-  uint64_t pending = tag | 4;
   uint64_t w = atomic_load_explicit(slot, memory_order_acquire);
-  for (unsigned spin = 0; w == pending && spin < 4096; spin++) {
-    if (spin >= 16) fw_os_yield();
-    w = atomic_load_explicit(slot, memory_order_acquire);
-  }
   if ((w & ~(((uint64_t)1 << FW_RULE_TAG) - 1)) == tag && (w & 3)) return w;
-  bool fixed = fw_fixed_has(pc);
-  bool marked = fixed && w != pending &&
-                atomic_compare_exchange_strong_explicit(slot, &w, pending, memory_order_acq_rel, memory_order_acquire);
   fw_rule_decode(pc, &rule);
   uint64_t r;
   bool packed = fw_rule_pack(&rule, pc, &r);
-  if (packed && fixed) atomic_store_explicit(slot, r, memory_order_release);
-  else if (marked) atomic_store_explicit(slot, w, memory_order_release);
+  if (packed && fw_fixed_has(pc)) atomic_store_explicit(slot, r, memory_order_release);
   return packed ? r : FW_R_HARD;
 }
 
@@ -809,7 +799,7 @@ FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t ski
   fw_bt_walk_t *ways = &c->walk[2 * set];
   for (unsigned k = 0; k < 2; k++) {
     fw_bt_walk_t *w = &ways[k];
-    if (w->sp != sp || w->pc != pc || (w->bp_used && w->bp != bp)) continue;
+    if (!(c->valid >> (2 * set + k) & 1) || w->sp != sp || w->pc != pc || (w->bp_used && w->bp != bp)) continue;
     uint32_t i = 0;
     while (i < w->nreads && fw_stack_word(w->rd[i].at) == w->rd[i].val) i++;
     if (i < w->nreads) continue;
@@ -820,6 +810,7 @@ FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t ski
   c->turn ^= 1u << set;
   fw_bt_walk_t *w = &ways[k];
   fw_trace_t t = {w, true, true, true, 0};
+  c->valid &= ~(1u << (2 * set + k));
   w->sp = 0;
   w->nreads = w->bp_used = w->tag = 0;
   size_t n = fw_quick_walk(pc, sp, bp, w->pcs, FW_BT_FRAMES, skip_lo, skip_hi, &t);
@@ -829,6 +820,7 @@ FW_NOINLINE fw_bt_walk_t *fw_os_backtrace_cached(fw_bt_cache_t *c, uintptr_t ski
     w->sp = sp;
     w->pc = pc;
     w->bp = bp;
+    c->valid |= 1u << (2 * set + k);
   }
   return w;
 }

@@ -200,7 +200,7 @@ FW_HIDDEN size_t fw_os_backtrace_quick(uintptr_t *pcs, size_t max, uintptr_t ski
 #define FW_BT_READS 40
 #define FW_BT_WAYS 16
 typedef struct {
-  uintptr_t sp, pc, bp;   /* where the walk started; sp 0: an empty entry */
+  uintptr_t sp, pc, bp;   /* where the walk started; sp 0: not kept */
   uint32_t nreads, npcs;
   uint32_t bp_used;       /* whether a step used the starting bp */
   uint32_t tag;           /* the caller's, for this stack (0 when new) */
@@ -210,9 +210,15 @@ typedef struct {
   uintptr_t pcs[FW_BT_FRAMES];
 } fw_bt_walk_t;
 typedef struct {
-  unsigned turn;          /* which way of a set the next new walk replaces */
+  uint32_t turn;          /* which way of a set the next new walk replaces */
+  /* a bit per way that holds a walk: a way is read only when its bit says
+   * so, so that a new cache (zeroed memory the OS has not given pages to
+   * yet) has its pages touched by a write first, the walk's, not by a read
+   * of zeros and then the write, a fault each; and emptied with one store */
+  uint32_t valid;
   fw_bt_walk_t walk[FW_BT_WAYS];  /* a walk that cannot be kept is returned with sp 0 */
 } fw_bt_cache_t;
+_Static_assert(FW_BT_WAYS <= 32, "a valid bit per way");
 /* The stack of the caller of fw_os_backtrace_cached, as fw_os_backtrace_quick
  * would find it (up to FW_BT_FRAMES frames): the cache's entry that holds
  * it, or NULL when the quick walk cannot step (walk with fw_os_backtrace

@@ -100,14 +100,16 @@ typedef struct {
 } fw_side_t;
 _Static_assert(sizeof(fw_side_t) == FW_PROF_SIDE, "side record size");
 
-/* The thread's (tld->prof_cache). */
+/* The thread's (tld->prof_cache). What every sample reads first, on the
+ * first of its pages: a thread that samples from one call site touches
+ * that page and the one of its walk. */
 #define FW_MEMO 32
 typedef struct {
-  fw_bt_cache_t walks;
   struct {
     size_t key; /* size + 1; 0: empty */
     int64_t objects;
   } memo[FW_MEMO];
+  fw_bt_cache_t walks;
 } fw_prof_cache_t;
 
 bool fw_prof_on;
@@ -186,9 +188,29 @@ static double fw_ln(double u) {
   return e * FW_LN2 + fw_ln_log[j] + l;
 }
 
+/* A heap's first interval needs a seed of its own. A system call at each
+ * thread's first allocation would cost more than its first sample: the
+ * OS's randomness is drawn once (fw_prof_init), and each heap's seed is
+ * the next number of a counter through a mixing function (a bijection,
+ * so no two heaps of the process start alike). Not at the secure level,
+ * whose carving order (page.c) goes on from the same state: there one
+ * heap's order must tell nothing of another's. */
+static uint64_t fw_prof_seed;
+static _Atomic(uint64_t) fw_prof_seeds;
+
+static uint64_t fw_prof_seed_next(void) {
+  uint64_t z = fw_prof_seed + atomic_fetch_add_explicit(&fw_prof_seeds, 1, memory_order_relaxed) * 0x9e3779b97f4a7c15u;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
 static uint64_t fw_prof_rand(fw_heap_t *heap) {
   uint64_t x = heap->rng;
-  if (!x) fw_os_random(&x, sizeof x);
+  if (!x) {
+    if (fw_secure) fw_os_random(&x, sizeof x);
+    else x = fw_prof_seed_next();
+  }
   if (!x) x = 0x9e3779b97f4a7c15u;
   x ^= x << 13;
   x ^= x >> 7;
@@ -210,10 +232,13 @@ static intptr_t fw_prof_interval(fw_heap_t *heap) {
  * size is sampled) allocations, in 1/65536ths. */
 static int64_t fw_prof_weight(size_t size) {
   double x = (size ? (double)size : 1) / fw_prof_rate, objects;
-  if (x < 0.0625) {
-    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + ...: good to 1e-12
-     * here, without the exponential */
-    objects = 1 / x + 0.5 + x * (1.0 / 12 - x * x * (1.0 / 720));
+  if (x < 0.5) {
+    /* 1 / (1 - e^-x) = 1/x + 1/2 + x/12 - x^3/720 + x^5/30240 -
+     * x^7/1209600 + x^9/47900160 - ... (the Bernoulli numbers): good to
+     * 1e-13 here, without the exponential */
+    double x2 = x * x;
+    objects = 1 / x + 0.5 +
+              x * (1.0 / 12 - x2 * (1.0 / 720 - x2 * (1.0 / 30240 - x2 * (1.0 / 1209600 - x2 * (1.0 / 47900160)))));
   } else {
     double prob = 1 - fw_exp_neg(x);
     objects = prob > 0 ? 1 / prob : 1;
@@ -221,6 +246,8 @@ static int64_t fw_prof_weight(size_t size) {
   return (int64_t)(objects * (1 << FW_OBJ_SHIFT) + 0.5);
 }
 
+/* The same, remembered per size: a program's samples mostly come in a
+ * few sizes. */
 static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
   size_t i = (size_t)(((uint64_t)size * 0x9e3779b97f4a7c15u) >> 59) & (FW_MEMO - 1);
   if (c->memo[i].key != size + 1) {
@@ -238,15 +265,26 @@ static FW_NOINLINE int64_t fw_prof_space(int64_t objects, size_t size) {
   return (int64_t)((double)objects * (double)(size ? size : 1) * (1.0 / (1 << FW_OBJ_SHIFT)) + 0.5);
 }
 
+static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t);
+static fw_site_t *fw_site_chunk(uint32_t k);
+
 void fw_prof_init(void) {
   fw_prof_rate = (double)fw_opt(PROFILE_RATE);
   fw_prof_growth = (int64_t)fw_opt(PROFILE_GROWTH) * 1048576;
   atomic_store_explicit(&fw_prof_next_dump, fw_prof_growth, memory_order_relaxed);
-  fw_prof_tables();
   if (fw_opt(PROFILE) && !fw_flavour_profiling)
     fw_message("warning: FREEWAY_PROFILE=1 needs libfreeway-prof.so (the library with the profiler's countdown "
                "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
   fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
+  if (!fw_prof_on) return;
+  fw_prof_tables();
+  fw_os_random(&fw_prof_seed, sizeof fw_prof_seed);
+  /* the index and the first sites' chunk now, not under the lock at the
+   * first sample, where the threads that start at once would wait on the
+   * system calls, each new stack's thread in turn */
+  fw_lock_acquire(&fw_prof_lock);
+  if (fw_site_table_grow(NULL)) fw_site_chunk(1);
+  fw_lock_release(&fw_prof_lock);
 }
 
 /* fork() while another thread holds the lock: the child's copy would stay
@@ -258,7 +296,7 @@ void fw_prof_fork_child(void) { fw_lock_reset(&fw_prof_lock); }
 
 void fw_prof_cache_reset(void *cache) {
   fw_prof_cache_t *c = cache;
-  for (size_t i = 0; i < FW_BT_WAYS; i++) c->walks.walk[i].sp = 0;
+  c->walks.valid = 0;
 }
 
 /* The calling thread's cache, made at its first sample; NULL without
@@ -272,6 +310,9 @@ static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
    * map one, and wait on each other in the OS */
   c = fw_meta_alloc(sizeof *c);
   if (!c) return NULL;
+  /* a write first: the memo's test would read the fresh page as zeros
+   * (the OS's shared zero page, a fault) before writing it (another) */
+  c->walks.valid = 0;
   tld->prof_cache = c;
   return c;
 }
@@ -324,6 +365,17 @@ static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t) {
   return nt;
 }
 
+/* Under the lock: the chunk of site k, mapped if it is the first one
+ * there; NULL without memory. */
+static fw_site_t *fw_site_chunk(uint32_t k) {
+  fw_site_t *chunk = atomic_load_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], memory_order_relaxed);
+  if (!chunk) {
+    chunk = fw_os_map(FW_SITE_CHUNK * sizeof *chunk, 0, 0);
+    if (chunk) atomic_store_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], chunk, memory_order_release);
+  }
+  return chunk;
+}
+
 /* The site of a stack, made if new; 0 without memory. Any hash will do,
  * 0 included: an index slot is marked empty by its site number, 0. */
 static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
@@ -338,13 +390,8 @@ static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
   if (!i && fw_sites_n + 1 < (uint32_t)FW_SITE_CHUNKS * FW_SITE_CHUNK) {
     if (!t || (fw_sites_n + 1) * 2 > t->cap) t = fw_site_table_grow(t);
     uint32_t k = fw_sites_n + 1;
-    fw_site_t *chunk = atomic_load_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], memory_order_relaxed);
-    if (t && !chunk) {
-      chunk = fw_os_map(FW_SITE_CHUNK * sizeof *chunk, 0, 0);
-      if (chunk)
-        atomic_store_explicit(&fw_site_chunks[k >> FW_SITE_CHUNK_SHIFT], chunk, memory_order_release);
-    }
-    if (t && chunk) {
+    fw_site_t *chunk = t ? fw_site_chunk(k) : NULL;
+    if (chunk) {
       fw_site_t *s = &chunk[k & (FW_SITE_CHUNK - 1)];
       s->hash = h;
       s->npcs = (uint32_t)n;

@@ -347,15 +347,18 @@ __attribute__((noinline)) static void bt_compare(void) {
 
 static volatile int bt_sink;
 
-__attribute__((noinline)) static int bt_rec(int d) {
+/* d frames, then leaf */
+__attribute__((noinline)) static int bt_rec_to(int d, void (*leaf)(void)) {
   if (d == 0) {
-    bt_compare();
+    leaf();
     return 1;
   }
   volatile int x = d;
-  int r = bt_rec(d - 1);
+  int r = bt_rec_to(d - 1, leaf);
   return r + x;
 }
+
+static int bt_rec(int d) { return bt_rec_to(d, bt_compare); }
 
 /* a frame whose CFA is kept by the frame pointer (the stack pointer moves
  * by a size only known at run time) */
@@ -471,6 +474,78 @@ static void t_os_backtrace_skip(void) {
   hi += 4096;
   bt_skip_mid(lo, hi);
   bt_skip_mid(lo, hi);
+}
+
+/* The cache of walks (fw_os_backtrace_cached): a stack seen before is the
+ * entry kept for it, tag and all; a way is read only while its valid bit
+ * is set, so that a cache emptied with one store (the profiler's, when a
+ * thread's data passes to a new thread) finds nothing of what it held,
+ * although its entries still hold the old stacks word for word. */
+__attribute__((noinline)) static fw_bt_walk_t *bt_cached_leaf(fw_bt_cache_t *c, uintptr_t *quick, size_t *nq) {
+  *nq = fw_os_backtrace_quick(quick, FW_BT_FRAMES, 0, 0);
+  fw_bt_walk_t *w = fw_os_backtrace_cached(c, 0, 0);
+  bt_sink++;
+  return w;
+}
+
+static void bt_cached_same(const fw_bt_walk_t *w, const uintptr_t *quick, size_t nq) {
+  CHECK(w != NULL);
+  CHECKF(nq != SIZE_MAX && w->npcs == nq, "the cache's walk has %u frames, the quick walk %zu", w->npcs, nq);
+  /* the first frame is each call's own return address */
+  for (size_t i = 1; i < nq; i++)
+    CHECKF(w->pcs[i] == quick[i], "frame %zu: %#lx in the cache, %#lx walked", i, (unsigned long)w->pcs[i],
+           (unsigned long)quick[i]);
+}
+
+static void t_os_backtrace_cached(void) {
+  static fw_bt_cache_t c;
+  fw_os_backtrace_init();
+  fw_bt_walk_t *w[3];
+  for (int i = 0; i < 3; i++) {
+    uintptr_t quick[FW_BT_FRAMES];
+    size_t nq;
+    w[i] = bt_cached_leaf(&c, quick, &nq);
+    bt_cached_same(w[i], quick, nq);
+    CHECKF(w[i]->sp != 0, "walk %d through this program's code was not kept", i);
+    if (i == 0) w[0]->tag = 7;
+    if (i == 1) {
+      CHECKF(w[1] == w[0] && w[1]->tag == 7, "the same stack again: entry %p tag %u, first %p",
+             (void *)w[1], w[1]->tag, (void *)w[0]);
+      c.valid = 0;
+    }
+  }
+  CHECKF(w[2]->tag == 0, "an emptied cache found its old walk (tag %u)", w[2]->tag);
+}
+
+/* Threads that start at once meet the same new return addresses and decode
+ * their rules side by side: each walk must still be the unwinder's. */
+enum { BT_THREADS = 8 };
+static pthread_barrier_t bt_start;
+
+__attribute__((noinline)) static void bt_compare_quiet(void) {
+  uintptr_t slow[BT_MAX], quick[BT_MAX];
+  size_t m = fw_os_backtrace(slow, BT_MAX, 0, 0, 0);
+  size_t n = fw_os_backtrace_quick(quick, BT_MAX, 0, 0);
+  CHECKF(n != SIZE_MAX && m >= 2 && n == m - 1, "the unwinder found %zu frames, the quick walk %zu", m, n);
+  for (size_t i = 1; i < n; i++)
+    CHECKF(quick[i] == slow[i + 1], "frame %zu: the unwinder says %#lx, the quick walk %#lx", i,
+           (unsigned long)slow[i + 1], (unsigned long)quick[i]);
+}
+
+static void *bt_racer(void *arg) {
+  (void)arg;
+  pthread_barrier_wait(&bt_start);
+  for (int d = 0; d < 12; d++) bt_rec_to(d, bt_compare_quiet);
+  return NULL;
+}
+
+static void t_os_backtrace_threads(void) {
+  fw_os_backtrace_init();
+  CHECK(pthread_barrier_init(&bt_start, NULL, BT_THREADS) == 0);
+  pthread_t t[BT_THREADS];
+  for (int i = 0; i < BT_THREADS; i++) CHECK(pthread_create(&t[i], NULL, bt_racer, NULL) == 0);
+  for (int i = 0; i < BT_THREADS; i++) CHECK(pthread_join(t[i], NULL) == 0);
+  pthread_barrier_destroy(&bt_start);
 }
 
 /* ---- the loaded code ------------------------------------------------------- */
@@ -679,6 +754,7 @@ int main(int argc, char **argv) {
     {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
     {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
     {"os_backtrace", t_os_backtrace}, {"os_backtrace_skip", t_os_backtrace_skip},
+    {"os_backtrace_cached", t_os_backtrace_cached}, {"os_backtrace_threads", t_os_backtrace_threads},
     {"os_mappings", t_os_mappings},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
