@@ -107,6 +107,13 @@ FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page) {
   return heap && __atomic_load_n(&heap->is_default, __ATOMIC_RELAXED);
 }
 
+static bool fw_rfree_holds(const fw_rfree_t *e, const fw_block_t *b) {
+  const fw_block_t *x = e->head;
+  for (uint32_t k = 0; k < e->n; k++, x = fw_block_next(x))
+    if (x == b) return true;
+  return false;
+}
+
 FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
 
 /* fw_free_route, with another thread's blocks batched where they may be. */
@@ -125,6 +132,11 @@ FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_bloc
   fw_tld_t *tld = me->tld;
   size_t i = fw_rfree_slot(page);
   fw_rfree_t *e = &tld->rfree[i];
+  /* A second free of a block held here: on 64-bit builds fw_block_check
+   * has stopped it (its link is proof); on 32-bit ones a block that looks
+   * freed is looked for among those held, else the list would lose it. */
+  if (!FW_LINK_PROOF && e->page == page && fw_link_looks_free(b) && fw_rfree_holds(e, b))
+    fw_block_report(seg, page, b, "double free");
   if (e->page != page) {
     if (e->page) fw_rfree_flush_slot(tld, i);
     e->page = page;
