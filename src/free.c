@@ -107,7 +107,12 @@ FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page) {
   return heap && __atomic_load_n(&heap->is_default, __ATOMIC_RELAXED);
 }
 
-static bool fw_rfree_holds(const fw_rfree_t *e, const fw_block_t *b) {
+/* Whether this thread holds b for a batch. */
+static bool fw_rfree_holds(const fw_page_t *page, const fw_block_t *b) {
+  fw_heap_t *me = FW_TLS(fw_tls_heap);
+  if (me == &fw_heap_empty) return false;
+  const fw_rfree_t *e = &me->tld->rfree[fw_rfree_slot(page)];
+  if (e->page != page) return false;
   const fw_block_t *x = e->head;
   for (uint32_t k = 0; k < e->n; k++, x = fw_block_next(x))
     if (x == b) return true;
@@ -132,25 +137,17 @@ FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_bloc
   fw_tld_t *tld = me->tld;
   size_t i = fw_rfree_slot(page);
   fw_rfree_t *e = &tld->rfree[i];
-  /* A second free of a block held here: on 64-bit builds fw_block_check
-   * has stopped it (its link is proof); on 32-bit ones a block that looks
-   * freed is looked for among those held, else the list would lose it. */
-  if (!FW_LINK_PROOF && e->page == page && fw_link_looks_free(b) && fw_rfree_holds(e, b))
-    fw_block_report(seg, page, b, "double free");
   if (e->page != page) {
     if (e->page) fw_rfree_flush_slot(tld, i);
     e->page = page;
     e->head = FW_LIST_END;
     e->tail = b;
     e->n = 0;
-    e->bytes = 0;
     tld->rfree_used |= 1u << i;
   }
   fw_block_set_next(b, e->head);
   e->head = b;
-  e->n++;
-  e->bytes += (uint32_t)page->block_size;
-  if (e->n >= (uint32_t)batch || e->bytes >= FW_RFREE_BYTES) fw_rfree_flush_slot(tld, i);
+  if (++e->n >= (uint32_t)batch || e->n * page->block_size >= FW_RFREE_BYTES) fw_rfree_flush_slot(tld, i);
 }
 
 void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
@@ -231,10 +228,12 @@ void fw_free_generic(void *p) {
  * second free. */
 /* A block whose first word looks like a list link: freed, on 64-bit builds;
  * on 32-bit ones, where one live block in 8192 would look so, only when its
- * owner (the caller) finds it on the page's lists. */
+ * owner (the caller) finds it on the page's lists, or when the caller holds
+ * it for a batch (another thread's block it freed). */
 static bool fw_block_freed_32(fw_segment_t *seg, const fw_page_t *page, const fw_block_t *b) {
   if (FW_LINK_PROOF) return true;
-  return atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() && fw_page_lists_hold(page, b);
+  if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) return fw_page_lists_hold(page, b);
+  return fw_rfree_holds(page, b);
 }
 
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {

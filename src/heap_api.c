@@ -110,7 +110,7 @@ size_t fw_heap_usable_size(const fw_heap_t *heap, const void *p) {
 
 void fw_heap_collect(fw_heap_t *heap, bool force) {
   if (!fw_heap_owned(heap, "fw_heap_collect")) return;
-  if (heap != &fw_heap_empty) fw_free_remote_flush_if(heap->tld);
+  fw_free_remote_flush_if(heap->tld);
   fw_heap_collect_internal(heap, force);
 }
 

@@ -182,9 +182,12 @@ void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
 #define FW_FREES_BEFORE_SETUP 16
 
 void fw_free_slow(void *p) {
+  if (fw_likely(FW_TLS(fw_tls_heap) != &fw_heap_empty)) {
+    fw_free_generic(p);
+    return;
+  }
   fw_free_generic(p);
-  if (fw_unlikely(FW_TLS(fw_tls_heap) == &fw_heap_empty) &&
-      FW_TLS(fw_tls_rfree_heapless) == FW_FREES_BEFORE_SETUP && !FW_TLS(fw_tls_exited)) {
+  if (FW_TLS(fw_tls_rfree_heapless) == FW_FREES_BEFORE_SETUP && !FW_TLS(fw_tls_exited)) {
     FW_TLS(fw_tls_rfree_heapless)++;
     int saved = errno;
     fw_thread_setup();

@@ -246,7 +246,6 @@ typedef struct fw_rfree_s {
   fw_page_t *page;  /* NULL: the entry is free */
   fw_block_t *head, *tail;
   uint32_t n;
-  uint32_t bytes;
 } fw_rfree_t;
 #define FW_RFREE_SLOTS 16
 

@@ -813,7 +813,7 @@ static void rb_batch(fw_heap_t *h, void **p, void **extra, size_t *nextra) {
     void *q = X.heap_malloc(h, RB_SIZE);
     CHECK(q != NULL);
     if (n && ((uintptr_t)q >> 16) != ((uintptr_t)p[0] >> 16)) {
-      CHECK(*nextra < RB_MAX);
+      CHECK(*nextra + n <= RB_MAX);
       for (size_t i = 0; i < n; i++) extra[(*nextra)++] = p[i];
       n = 0;
     }
