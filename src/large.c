@@ -9,7 +9,10 @@
 #include "options.h"
 #include "os.h"
 
-void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
+/* Inlined into both callers: the cache's hit (fw_large_cache_alloc) is a
+ * path of its own, taken by every batch of big buffers a thread cycles
+ * through. */
+static inline void *fw_large_take_page(fw_heap_t *heap, fw_page_t *page) {
   page->cls = FW_CLASS_LARGE;
   page->used = 1;
   fw_count_add(&heap->tld->counts.large_allocs, 1);
@@ -20,6 +23,8 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page) {
   fw_page_queue_push(heap, &heap->full, page);
   return page->area;
 }
+
+void *fw_large_take(fw_heap_t *heap, fw_page_t *page) { return fw_large_take_page(heap, page); }
 
 /* ---- the large-block cache -------------------------------------------------
  * A large block in a span segment freed by its heap's thread keeps its page
@@ -71,14 +76,17 @@ bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
   return true;
 }
 
-fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices) {
+void *fw_large_cache_alloc(fw_heap_t *heap, size_t slices) {
   if (slices > FW_SPAN_MAX_SLICES) return NULL;
   fw_page_t *page = heap->lcache[slices];
   if (!page) return NULL;
+  size_t bytes = slices * FW_SLICE_SIZE;
   heap->lcache[slices] = page->next;
-  heap->lcache_bytes -= slices * FW_SLICE_SIZE;
+  heap->lcache_bytes -= bytes;
+  heap->lcache_recent += bytes;
   page->next = NULL;
-  return page;
+  page->is_zero = 0;
+  return fw_large_take_page(heap, page);
 }
 
 /* all: every cached page; else those already marked by the previous look */

@@ -11,7 +11,9 @@ FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page);
 #define FW_LCACHE_MAX_SLICES 16
 /* A freed span page waits in the cache; false if it does not fit there. */
 FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
-FW_HIDDEN fw_page_t *fw_large_cache_get(fw_heap_t *heap, size_t slices);
+/* A cached page of that many slices made heap's live block (as
+ * fw_large_take), or NULL. */
+FW_HIDDEN void *fw_large_cache_alloc(fw_heap_t *heap, size_t slices);
 /* A request the cache had nothing for: if it holds more than
  * FREEWAY_LARGE_CACHE, all of it goes back to the segments. */
 FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap);

@@ -74,22 +74,36 @@ fw_block_t *fw_delayed_next(const fw_block_t *b) {
   return next;
 }
 
-/* direct[] slots per class: class c serves slots fw_direct_first[c] .. up to
- * the first slot of class c+1. Filled at start-up from fw_size_class(). */
+/* direct[] slots per class: class c serves slots fw_direct_first[c] up to
+ * fw_direct_end[c]. Filled at start-up from fw_size_class(). */
 static uint16_t fw_direct_first[FW_CLASS_COUNT + 1];
+static uint16_t fw_direct_end[FW_CLASS_COUNT + 1];
 static uint8_t fw_direct_cls[FW_DIRECT_SLOTS];
 
 void fw_page_tables_init(void) {
   for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) fw_direct_cls[w] = (uint8_t)fw_size_class(w);
   for (size_t w = FW_DIRECT_SLOTS; w-- > 0;) fw_direct_first[fw_direct_cls[w]] = (uint16_t)w;
+  for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) fw_direct_end[fw_direct_cls[w]] = (uint16_t)(w + 1);
 }
 
 static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
   /* cautious mode and the secure level keep every slot empty so that all
    * calls are checked */
   if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS) || fw_secure) return;
-  for (size_t w = fw_direct_first[cls]; w < FW_DIRECT_SLOTS && fw_direct_cls[w] == cls; w++)
-    heap->direct[w] = page;
+  /* A class near 1 KiB serves 128 slots (the table is indexed by the byte
+   * size, so that the fast path needs no shift), rewritten whenever its
+   * queue's head page changes: four stores a step with known bounds (which
+   * the compiler may pair into vector stores) rather than a test of every
+   * slot's class (bench_fastpath ring 1024: 8 instructions of 69 a malloc
+   * and free went to this loop). */
+  fw_page_t **w = &heap->direct[fw_direct_first[cls]], **end = &heap->direct[fw_direct_end[cls]];
+  for (; end - w >= 4; w += 4) {
+    w[0] = page;
+    w[1] = page;
+    w[2] = page;
+    w[3] = page;
+  }
+  for (; w < end; w++) *w = page;
 }
 
 /* The head of a queue changes: move the bias and the direct pointers. */
