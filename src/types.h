@@ -245,9 +245,10 @@ FW_INLINE uint64_t fw_count_read(const uint64_t *c) {
 typedef struct fw_rfree_s {
   fw_page_t *page;  /* NULL: the entry is free */
   fw_block_t *head, *tail;
-  uint32_t n;
+  uint32_t n, limit;  /* blocks held; hand-over at limit */
 } fw_rfree_t;
-#define FW_RFREE_SLOTS 16
+#define FW_RFREE_SHIFT 6
+#define FW_RFREE_SLOTS (1u << FW_RFREE_SHIFT)
 
 /* Per-thread data: what the thread owns besides its heaps. */
 struct fw_tld_s {
@@ -268,7 +269,8 @@ struct fw_tld_s {
   fw_counts_t counts;
   void *prof_cache;                 /* the heap profiler's (prof.c): kept when the
                                        struct is recycled, emptied for the next thread */
-  uint32_t rfree_used;              /* bit i: rfree[i] holds blocks */
+  uint64_t rfree_used;              /* bit i: rfree[i] holds blocks */
+  size_t rfree_bytes;               /* the bytes of the blocks rfree[] holds */
   fw_rfree_t rfree[FW_RFREE_SLOTS]; /* other threads' blocks this thread freed (free.c) */
 };
 

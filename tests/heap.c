@@ -939,6 +939,56 @@ static void t_remote_batch(void) {
   fwt_log("remote_batch: %s", batching ? "blocks held until collect, exit and batch size" : "no batching in this mode");
 }
 
+/* Blocks of many pages (40 size classes) freed by another thread: it holds
+ * some of them, each page's in an entry of its own, but never more than
+ * 64 KiB in all (free.c FW_RFREE_HELD: blocks held are blocks their owner
+ * cannot reuse), and hands all of them over when it collects. */
+enum { RBB_SIZES = 40, RBB_EACH = 16, RBB_N = RBB_SIZES * RBB_EACH };
+static size_t rbb_bytes_live(fw_heap_t *h) {
+  X.heap_collect(h, false);
+  fw_heap_stats_t s;
+  heap_stats(h, &s);
+  return s.bytes_live;
+}
+
+static void t_remote_batch_bound(void) {
+  long old = X.option_get("remote_batch");
+  bool batching = X.option_get("cautious") != 1 && X.option_get("secure") != 1 && old > 0;
+  if (old > 0) CHECK(X.option_set("remote_batch", 32) == 0);
+  fw_heap_t *def = X.heap_get_default();
+  CHECK(def != NULL);
+  void **p = fwt_scratch(RBB_N * sizeof *p);
+  size_t freed = 0;
+  for (size_t k = 0; k < RBB_N; k++) {
+    size_t n = 32 + (k % RBB_SIZES) * 100; /* 32 B .. 3.9 KiB */
+    p[k] = X.malloc(n);
+    CHECK(p[k] != NULL);
+    memset(p[k], 0x5a, n);
+    freed += X.usable_size(p[k]);
+  }
+  rb_job j = {.p = p, .n = RBB_N, .collect = true, .heapless = false};
+  atomic_store(&j.step, 0);
+  CHECK(pthread_create(&j.t, NULL, rb_free, &j) == 0);
+  size_t before = rbb_bytes_live(def);
+  CHECK(before >= freed);
+  atomic_store(&j.step, 1);
+  rb_wait(&j.step, 2);
+  size_t held = rbb_bytes_live(def) - (before - freed);
+  CHECKF(held <= ((size_t)64 << 10), "another thread freed %zu bytes of %d pages' blocks and holds %zu of them",
+         freed, RBB_SIZES, held);
+  CHECKF(batching ? held > 0 : held == 0, "%zu bytes held (%s)", held, batching ? "batching" : "no batching in this mode");
+  atomic_store(&j.step, 3);
+  rb_wait(&j.step, 4);
+  size_t after = rbb_bytes_live(def);
+  atomic_store(&j.step, 5);
+  CHECK(pthread_join(j.t, NULL) == 0);
+  CHECKF(after == before - freed, "%zu bytes live after the freeing thread collected, want %zu", after,
+         before - freed);
+  CHECK(X.option_set("remote_batch", old) == 0);
+  fwt_scratch_free(p, RBB_N * sizeof *p);
+  fwt_log("remote_batch_bound: %zu of %zu bytes held", held, freed);
+}
+
 static void *rb_double_free(void *arg) {
   void *b = arg;
   X.free(X.malloc(1000)); /* a thread with a heap: it holds what it frees */
@@ -1029,6 +1079,7 @@ static const fwt_section sections[] = {
   {"retain", t_retain},
   {"remote_batch", t_remote_batch},
   {"remote_batch_df", t_remote_batch_df},
+  {"remote_batch_bound", t_remote_batch_bound},
   {"many", t_many},
   {"remote_destroy", t_remote_destroy},
   {"remote_delete", t_remote_delete},
