@@ -34,8 +34,8 @@ fw_heap_t *fw_heap_struct_new(fw_tld_t *tld, bool is_default) {
    * list, which may hold late remote frees from the heap's previous life
    * (the next slow path folds them in), and is_default, which other
    * threads' frees may read at any time. */
-  memset(heap, 0, offsetof(fw_heap_t, thread_id));
-  for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
+  memset(&heap->tld, 0, offsetof(fw_heap_t, thread_id) - offsetof(fw_heap_t, tld));
+  fw_direct_reset(heap);
   heap->tld = tld;
   __atomic_store_n(&heap->is_default, is_default, __ATOMIC_RELAXED);
   heap->next = tld->heaps;
@@ -401,11 +401,14 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
   }
   /* 3. every page: drop it or hand it on (the kept ones have no block) */
   fw_heap_retained_flush(heap);
+  /* Each queue is emptied at once: removing its pages one by one would
+   * rewrite the class's direct[] slots for every new head (up to 128 of
+   * them a class), in every exiting thread, for a table reset below. */
   for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
     fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
-    while (q->first) {
-      fw_page_t *pg = q->first;
-      fw_page_queue_remove(heap, q, pg);
+    for (fw_page_t *pg = fw_page_queue_take_all(heap, q), *next; pg; pg = next) {
+      next = pg->next;
+      pg->next = pg->prev = NULL;
       /* a page of sampled blocks handed on is an ordinary one: the
        * profiler's flag for its blocks stays */
       fw_page_flags_set(pg, pg->flags & ~(FW_PF_FULL | FW_PF_SAMPLES));
@@ -426,7 +429,7 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
   /* 4. last, since folding in the delayed frees above may retire large
    * pages into the cache: one left there would keep its segment alive */
   fw_large_cache_flush(heap, true);
-  for (size_t i = 0; i < FW_DIRECT_SLOTS; i++) heap->direct[i] = &fw_page_empty;
+  fw_direct_reset(heap);
   memset(heap->samples, 0, sizeof heap->samples);
 }
 

@@ -86,17 +86,14 @@ void fw_page_tables_init(void) {
   for (size_t w = 0; w < FW_DIRECT_SLOTS; w++) fw_direct_end[fw_direct_cls[w]] = (uint16_t)(w + 1);
 }
 
-static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
-  /* cautious mode and the secure level keep every slot empty so that all
-   * calls are checked */
-  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS) || fw_secure) return;
-  /* A class near 1 KiB serves 128 slots (the table is indexed by the byte
-   * size, so that the fast path needs no shift), rewritten whenever its
-   * queue's head page changes: four stores a step with known bounds (which
-   * the compiler may pair into vector stores) rather than a test of every
-   * slot's class (bench_fastpath ring 1024: 8 instructions of 69 a malloc
-   * and free went to this loop). */
-  fw_page_t **w = &heap->direct[fw_direct_first[cls]], **end = &heap->direct[fw_direct_end[cls]];
+/* Four stores a step with known bounds, which the compiler pairs into
+ * vector stores: a class near 1 KiB serves 128 slots (the table is indexed
+ * by the byte size, so that the fast path needs no shift), rewritten
+ * whenever its queue's head page changes, and a heap's whole table is
+ * reset when a thread starts and when it exits (bench_fastpath ring 1024:
+ * 8 instructions of 69 a malloc and free went to a loop that tested every
+ * slot's class). */
+static void fw_direct_fill(fw_page_t **w, fw_page_t **end, fw_page_t *page) {
   for (; end - w >= 4; w += 4) {
     w[0] = page;
     w[1] = page;
@@ -104,6 +101,15 @@ static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
     w[3] = page;
   }
   for (; w < end; w++) *w = page;
+}
+
+void fw_direct_reset(fw_heap_t *heap) { fw_direct_fill(heap->direct, heap->direct + FW_DIRECT_SLOTS, &fw_page_empty); }
+
+static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
+  /* cautious mode and the secure level keep every slot empty so that all
+   * calls are checked */
+  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS) || fw_secure) return;
+  fw_direct_fill(&heap->direct[fw_direct_first[cls]], &heap->direct[fw_direct_end[cls]], page);
 }
 
 /* The head of a queue changes: move the bias and the direct pointers. */
@@ -147,6 +153,18 @@ void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page) 
   if (page->next) page->next->prev = page->prev; else q->last = page->prev;
   page->next = page->prev = NULL;
   if (q != &heap->full) fw_pq_head_moved(heap, q, old);
+}
+
+fw_page_t *fw_page_queue_take_all(fw_heap_t *heap, fw_page_queue_t *q) {
+  fw_page_t *first = q->first;
+  if (!first) return NULL;
+  if (q != &heap->full) {
+    size_t c = (size_t)(q - heap->queues);
+    first->used--;
+    heap->queued[c / 64] &= ~((uint64_t)1 << (c % 64));
+  }
+  q->first = q->last = NULL;
+  return first;
 }
 
 /* Carves more never-used blocks into the free list, one OS page's worth at

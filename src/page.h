@@ -206,6 +206,12 @@ FW_HIDDEN bool fw_page_push_later(fw_page_t *page, fw_block_t *b);
 FW_HIDDEN void fw_page_queue_push(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);
 FW_HIDDEN void fw_page_queue_push_front(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);
 FW_HIDDEN void fw_page_queue_remove(fw_heap_t *heap, fw_page_queue_t *q, fw_page_t *page);
+/* Empties q at once for a heap being released: its pages, still linked by
+ * next, the head's extra count dropped; heap->direct[] is left naming the
+ * old head, for the caller to reset whole. */
+FW_HIDDEN fw_page_t *fw_page_queue_take_all(fw_heap_t *heap, fw_page_queue_t *q);
+/* Every direct[] slot of heap to fw_page_empty. */
+FW_HIDDEN void fw_direct_reset(fw_heap_t *heap);
 /* The first page of class cls's queue with a free block (remote frees
  * folded in, more blocks carved), moved to the front; pages found
  * exhausted move to the full list. NULL if none. */
