@@ -136,6 +136,8 @@ FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
  * Against the table's size (64 entries, 2 KiB of thread data): bench_xmalloc
  * (8 B to 1 KiB, one page a size class in turn) handed over 2.4 blocks a
  * batch with 16 entries, whose slots the pages of some 40 classes shared. */
+static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
+
 FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   fw_heap_t *me = FW_TLS(fw_tls_heap);
   size_t i = fw_rfree_slot(page);
@@ -150,6 +152,13 @@ FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_bloc
       return;
     }
   }
+  fw_free_route_new(seg, page, b, me, i);
+}
+
+/* fw_free_route_batched for a block of a page this thread holds none of:
+ * a new entry, or the way a single free goes. */
+static FW_NOINLINE void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me,
+                                          size_t i) {
   long batch = fw_opt(REMOTE_BATCH);
   if (!batch || !fw_rfree_wanted(seg, page)) {
     fw_free_route(seg, page, b);
@@ -235,6 +244,7 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
 }
 
 static void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page_t *slice);
+static void fw_free_generic_other(void *p, fw_segment_t *seg, fw_page_t *page);
 
 /* The owner's free into a page with no flag that stops the fast path's
  * push; out of line, so that fw_free_generic's own tests need no frame. */
@@ -304,7 +314,21 @@ static FW_NOINLINE void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page
       return;
     }
   }
-  fw_page_t *page = fw_ptr_page(p);
+  fw_page_t *page = fw_slice_page(slice);
+  /* A block of a small or medium page that is not aligned, out of the
+   * secure level: the common case (another thread's block, one of a full
+   * page) takes no call but the hand-over, and so needs no stack frame. */
+  if (fw_likely(!(fw_page_flags(page) & FW_PF_ALIGNED) && page->kind != FW_KIND_LARGE && !fw_secure)) {
+    fw_block_check_in(seg, page, p, (fw_block_t *)p, "double free");  /* the cookie: fw_free_generic */
+    fw_free_route_batched(seg, page, (fw_block_t *)p);
+    return;
+  }
+  fw_free_generic_other(p, seg, page);
+}
+
+/* The rest of fw_free_generic_page: large blocks, aligned pages, the secure
+ * level. */
+static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_page_t *page) {
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
   fw_block_check_in(seg, page, p, b, "double free");  /* the cookie: fw_free_generic */

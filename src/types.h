@@ -288,12 +288,13 @@ FW_INLINE fw_page_t *fw_ptr_slice(fw_segment_t *seg, const void *p) {
                   ((FW_SLICES - 1) << FW_PAGE_DESC_SHIFT);
   return (fw_page_t *)((uint8_t *)seg->pages + off);
 }
-FW_INLINE fw_page_t *fw_ptr_page(const void *p) {
-  fw_segment_t *seg = fw_ptr_segment(p);
-  fw_page_t *pg = fw_ptr_slice(seg, p);
+/* The page a slice descriptor belongs to (a later slice of a multi-slice
+ * page points back to its first). */
+FW_INLINE fw_page_t *fw_slice_page(fw_page_t *pg) {
   if (__atomic_load_n(&pg->flags, __ATOMIC_RELAXED) & FW_PF_REDIRECT) pg -= pg->slice_offset;
   return pg;
 }
+FW_INLINE fw_page_t *fw_ptr_page(const void *p) { return fw_slice_page(fw_ptr_slice(fw_ptr_segment(p), p)); }
 FW_INLINE fw_segment_t *fw_page_segment(const fw_page_t *pg) {
   return (fw_segment_t *)((uintptr_t)pg & ~FW_SEGMENT_MASK);
 }
