@@ -395,11 +395,18 @@ static void fw_survey_counts_json(fw_out_t *o, const fw_survey_t *sv) {
                 pool_live, cached);
 }
 
+/* The peak as the OS reports it was read at another moment than the
+ * current figure, so it may be a page or more below it (a fault between
+ * the two reads, or the kernel's per-thread counters folded in between):
+ * a peak is never below what is resident now. The same for the committed
+ * peak, kept apart from the committed count. */
+static size_t fw_peak_of(size_t peak, size_t now) { return peak > now ? peak : now; }
+
 void fw_stats_print_json(int fd) {
   fw_survey_t sv;
   memset(&sv, 0, sizeof sv);
   fw_survey_run(&sv);
-  size_t committed = FW_LOAD(committed), total = fw_survey_total(&sv);
+  size_t committed = FW_LOAD(committed), total = fw_survey_total(&sv), rss = fw_os_rss();
   fw_out_t o;
   fw_out_init(&o, fd);
   fw_json_head(&o, "freeway-stats");
@@ -409,7 +416,8 @@ void fw_stats_print_json(int fd) {
                 "\"segments\": %zu, \"segments_abandoned\": %zu, \"segments_abandoned_total\": %zu, "
                 "\"segments_adopted_total\": %zu, \"threads\": %zu, \"threads_total\": %zu, "
                 "\"heaps\": %zu, \"huge_blocks\": %zu, \"arenas\": %zu},",
-                fw_os_rss(), fw_os_rss_peak(), FW_LOAD(reserved), committed, FW_LOAD(committed_peak), FW_LOAD(purged),
+                rss, fw_peak_of(fw_os_rss_peak(), rss), FW_LOAD(reserved), committed,
+                fw_peak_of(FW_LOAD(committed_peak), committed), FW_LOAD(purged),
                 FW_LOAD(segments), FW_LOAD(abandoned), FW_LOAD(abandoned_total), FW_LOAD(adopted_total),
                 FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge), sv.arenas);
   fw_survey_counts_json(&o, &sv);
@@ -490,8 +498,8 @@ void fw_stats_print(int fd) {
                 "live, %zu ever; heaps %zu; huge blocks %zu\n",
                 FW_LOAD(reserved), FW_LOAD(purged), FW_LOAD(segments), FW_LOAD(abandoned), sv.arenas,
                 FW_LOAD(threads), FW_LOAD(threads_total), FW_LOAD(heaps), FW_LOAD(huge));
-  fw_size_text(a, sizeof a, FW_LOAD(committed_peak));
-  fw_size_text(b, sizeof b, fw_os_rss_peak());
+  fw_size_text(a, sizeof a, fw_peak_of(FW_LOAD(committed_peak), committed));
+  fw_size_text(b, sizeof b, fw_peak_of(fw_os_rss_peak(), rss));
   fw_out_printf(&o, "  peak committed %s, peak resident %s; frees across threads %llu; segments abandoned %zu, "
                 "adopted %zu; OS calls:",
                 a, b, (unsigned long long)sv.remote_frees, FW_LOAD(abandoned_total), FW_LOAD(adopted_total));
