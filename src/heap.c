@@ -249,6 +249,14 @@ static void fw_heap_retained_flush(fw_heap_t *heap) {
   while (heap->retained) fw_heap_retained_drop(heap, heap->retained);
 }
 
+/* Memory freed in a burst is purged while the burst is still being freed
+ * (once its delay is up), not only when the thread allocates again; every
+ * eighth page given up is often enough, and spares a thread that frees big
+ * blocks one by one a clock read per free. */
+static inline void fw_heap_retired(fw_heap_t *heap) {
+  if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
+}
+
 /* The page has no live block left (and is not a queue head): keep it or
  * give it back. */
 static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
@@ -270,11 +278,7 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   } else {
     fw_heap_page_give_back(heap, page);
   }
-  /* Memory freed in a burst is purged while the burst is still being freed
-   * (once its delay is up), not only when the thread allocates again; every
-   * eighth page is often enough, and spares a thread that frees big blocks
-   * one by one a clock read per free. */
-  if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
+  fw_heap_retired(heap);
 }
 
 /* What fw_heap_page_retire does with such a page, without its tests for
@@ -292,7 +296,7 @@ void fw_heap_large_free_local(fw_page_t *page) {
     fw_page_collect(page);
     fw_segment_page_free(heap->tld, page);
   }
-  if ((++heap->retire_count & 7) == 0) fw_heap_housekeeping(heap, false);
+  fw_heap_retired(heap);
 }
 
 void fw_heap_page_empty(fw_page_t *page) {
