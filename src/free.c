@@ -138,6 +138,12 @@ FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
  * batch with 16 entries, whose slots the pages of some 40 classes shared. */
 static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
 
+/* fw_free_route out of line, for the owner's frees that reach the batching
+ * (a block of its full page). */
+static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  fw_free_route(seg, page, b);
+}
+
 FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   fw_heap_t *me = FW_TLS(fw_tls_heap);
   size_t i = fw_rfree_slot(page);
@@ -152,7 +158,9 @@ FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_bloc
       return;
     }
   }
-  fw_free_route_new(seg, page, b, me, i);
+  /* the owner's own free (a block of its full page): nothing to batch */
+  if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) fw_free_route_own(seg, page, b);
+  else fw_free_route_new(seg, page, b, me, i);
 }
 
 /* fw_free_route_batched for a block of a page this thread holds none of:
