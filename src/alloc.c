@@ -402,9 +402,15 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
     return p;
   }
   void *p = fw_heap_malloc_fast(heap, size);
+  /* a small block (most callocs) is on no large page: clear it without
+   * looking its page up */
   if (zero && p) {
-    fw_page_t *page = fw_ptr_page(p);
-    if (!(page->kind == FW_KIND_LARGE && page->is_zero)) memset(p, 0, size);
+    if (size <= FW_MEDIUM_MAX) {
+      memset(p, 0, size);
+    } else {
+      fw_page_t *page = fw_ptr_page(p);
+      if (!(page->kind == FW_KIND_LARGE && page->is_zero)) memset(p, 0, size);
+    }
   }
   return p;
 }
