@@ -486,10 +486,7 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
    * grows its buffers by realloc: 150,000 of them in bench/realprog.py's
    * script of 20,000 rows). */
   fw_page_t *slice = fw_ptr_slice(seg, p);
-  if (__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) {
-    if (fw_unlikely(fw_page_push(slice, (fw_block_t *)p))) fw_heap_page_empty(slice);
-  } else {
-    fw_free_generic(p);
-  }
+  if (__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) fw_free_local_push(slice, p);
+  else fw_free_generic(p);
   return q;
 }

@@ -127,6 +127,14 @@ static bool fw_rfree_holds(const fw_page_t *page, const fw_block_t *b) {
 
 FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
 
+static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
+
+/* fw_free_route out of line, for the owner's frees that reach the batching
+ * (a block of its full page). */
+static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  fw_free_route(seg, page, b);
+}
+
 /* fw_free_route, with another thread's blocks batched where they may be.
  * A page this thread already holds blocks of passed fw_rfree_wanted when
  * its entry was made, and what that found stays so while they are held
@@ -136,14 +144,6 @@ FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
  * Against the table's size (64 entries, 2 KiB of thread data): bench_xmalloc
  * (8 B to 1 KiB, one page a size class in turn) handed over 2.4 blocks a
  * batch with 16 entries, whose slots the pages of some 40 classes shared. */
-static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
-
-/* fw_free_route out of line, for the owner's frees that reach the batching
- * (a block of its full page). */
-static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
-  fw_free_route(seg, page, b);
-}
-
 FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   fw_heap_t *me = FW_TLS(fw_tls_heap);
   size_t i = fw_rfree_slot(page);
@@ -254,18 +254,16 @@ void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_
 static void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page_t *slice);
 static void fw_free_generic_other(void *p, fw_segment_t *seg, fw_page_t *page);
 
-/* The owner's free into a page with no flag that stops the fast path's
- * push; out of line, so that fw_free_generic's own tests need no frame. */
-static FW_NOINLINE void fw_free_local_push(fw_page_t *page, void *p) {
-  if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
+/* A segment header that is not one of freeway's: reported, and the program
+ * stops. Apart (its arguments in the order the caller has them), so that
+ * fw_free_generic's common path moves no register for it. */
+static FW_COLD __attribute__((noreturn)) void fw_free_foreign(void *p, fw_segment_t *seg, fw_page_t *slice) {
+  fw_block_report(seg, slice, p, "free of a pointer freeway did not hand out");
 }
 
-/* A segment header that is not one of freeway's: fw_block_check reports it
- * and stops the program (the call after it is the path's own, were the
- * check ever to let such a pointer through). */
-static FW_NOINLINE FW_COLD void fw_free_generic_foreign(void *p, fw_segment_t *seg, fw_page_t *slice) {
-  fw_block_check(seg, slice, p, p, "");
-  fw_free_generic_page(p, seg, slice);
+/* Out of line, so that fw_free_generic's own tests need no frame. */
+void fw_free_local_push(fw_page_t *page, void *p) {
+  if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
 }
 
 void fw_free_generic(void *p) {
@@ -291,10 +289,7 @@ void fw_free_generic(void *p) {
   }
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
-  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) {
-    fw_free_generic_foreign(p, seg, slice);
-    return;
-  }
+  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
   /* The owner frees a large block that nothing else is pending on: the
    * tests are those of the path below for this case (its start, one block
    * live, no flag but being in the full list, no remote free under way),

@@ -18,6 +18,10 @@ FW_HIDDEN void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t a
 FW_HIDDEN void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size);
 /* free of anything but the fast path's case; p may be NULL. */
 FW_HIDDEN void fw_free_generic(void *p);
+/* The owner's free of p into page, whose descriptor carries the calling
+ * thread's tag (no flag stops the fast path's push), as the free fast
+ * path does it (fast.h), out of line. */
+FW_HIDDEN void fw_free_local_push(fw_page_t *page, void *p);
 /* A free in cautious mode: how is the form of allocation the call expects
  * (check.h) and whether size and align were given; p may be NULL. */
 FW_HIDDEN void fw_free_checked(void *p, unsigned how, size_t size, size_t align);

@@ -153,18 +153,14 @@ static fw_page_t *fw_heap_large_page(fw_heap_t *heap, size_t size, size_t align)
   return page;
 }
 
-void *fw_heap_large_cached(fw_heap_t *heap, size_t size) {
-  return heap->lcache_bytes ? fw_large_cache_alloc(heap, (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE) : NULL;
-}
-
 void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   FW_ASSERT(heap != &fw_heap_empty);
+  size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
   if (align <= FW_SLICE_SIZE) {
-    void *p = fw_heap_large_cached(heap, size);
+    void *p = heap->lcache_bytes ? fw_large_cache_alloc(heap, slices) : NULL;
     if (p) return p;
     fw_large_cache_miss(heap);
   }
-  size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
   if (slices <= FW_SPAN_MAX_SLICES) heap->lcache_recent += slices * FW_SLICE_SIZE;
   fw_page_t *page = fw_heap_large_page(heap, size, align);
   if (!page) {

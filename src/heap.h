@@ -32,10 +32,6 @@ FW_HIDDEN fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls);
 FW_HIDDEN fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls);
 /* A large block: from the cache, a span, or a segment of its own. */
 FW_HIDDEN void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align);
-/* A large block from the cache (no alignment beyond a slice's), or NULL
- * without looking further: the part of fw_heap_large_malloc that a program
- * which frees and allocates big buffers over and over runs every time. */
-FW_HIDDEN void *fw_heap_large_cached(fw_heap_t *heap, size_t size);
 /* The owner frees the block of a large page that carries no state but being
  * in the full list (flags exactly FW_PF_FULL, one block live, no remote free
  * pending): what fw_heap_free_local and the page's retirement do for it,

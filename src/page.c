@@ -416,7 +416,7 @@ void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
     for (uint64_t m = heap->queued[w] & fw_kind_classes[kind][w]; m; m &= m - 1) {
       size_t c = w * 64 + (size_t)__builtin_ctzll(m);
       fw_page_t *pg = heap->queues[c].first;
-      if (c == cls || pg->kind != kind || pg->used != 1 ||
+      if (c == cls || pg->used != 1 ||
           (atomic_load_explicit(&pg->xfree, memory_order_relaxed) & ~FW_XFREE_DELAYED))
         continue;
       fw_page_queue_remove(heap, &heap->queues[c], pg);  /* also drops the head's extra count */

@@ -781,6 +781,7 @@ typedef struct {
   size_t n;
   bool collect;     /* collect after the frees (else: exit holding them) */
   bool heapless;    /* frees only: no allocation of its own first */
+  bool bytes;       /* the heap's live bytes are measured, not its blocks */
   atomic_int step;  /* the main thread sets 1: free; 3: collect; 5: exit;
                        the thread answers 2: freed; 4: collected */
   pthread_t t;
@@ -821,24 +822,25 @@ static void rb_batch(fw_heap_t *h, void **p, void **extra, size_t *nextra) {
   }
 }
 
-static size_t rb_live(fw_heap_t *h) {
+/* h's live blocks, or with j->bytes its live bytes */
+static size_t rb_live(const rb_job *j, fw_heap_t *h) {
   X.heap_collect(h, false);
   fw_heap_stats_t s;
   heap_stats(h, &s);
-  return s.blocks_live;
+  return j->bytes ? s.bytes_live : s.blocks_live;
 }
 
-/* Starts a thread that will free p[0..RB_N) (pthread_create allocates in
- * the calling thread: the count is taken after it); returns h's live
- * blocks then. */
-static size_t rb_start(rb_job *j, fw_heap_t *h, void **p, bool collect, bool heapless) {
+/* Starts a thread that will free p[0..n) (pthread_create allocates in the
+ * calling thread: the measure is taken after it); returns h's live blocks
+ * then. */
+static size_t rb_start(rb_job *j, fw_heap_t *h, void **p, size_t n, bool collect, bool heapless) {
   j->p = p;
-  j->n = RB_N;
+  j->n = n;
   j->collect = collect;
   j->heapless = heapless;
   atomic_store(&j->step, 0);
   CHECK(pthread_create(&j->t, NULL, rb_free, j) == 0);
-  return rb_live(h);
+  return rb_live(j, h);
 }
 
 /* Lets the thread free, and returns h's live blocks once it has (and, with
@@ -847,32 +849,39 @@ static size_t rb_freed(rb_job *j, fw_heap_t *h) {
   atomic_store(&j->step, 1);
   if (j->collect) rb_wait(&j->step, 2);
   else CHECK(pthread_join(j->t, NULL) == 0);
-  return rb_live(h);
+  return rb_live(j, h);
 }
 
 /* The thread collects; h's live blocks then. */
 static size_t rb_collected(rb_job *j, fw_heap_t *h) {
   atomic_store(&j->step, 3);
   rb_wait(&j->step, 4);
-  size_t n = rb_live(h);
+  size_t n = rb_live(j, h);
   atomic_store(&j->step, 5);
   CHECK(pthread_join(j->t, NULL) == 0);
   return n;
 }
 
+/* Whether this mode batches remote frees; if so, at the default batch of
+ * 32 (the option's value before is in *old, for the test to put back). */
+static bool rb_setup(long *old) {
+  *old = X.option_get("remote_batch");
+  if (*old > 0) CHECK(X.option_set("remote_batch", 32) == 0);
+  return X.option_get("cautious") != 1 && X.option_get("secure") != 1 && *old > 0;
+}
+
 static void t_remote_batch(void) {
-  long old = X.option_get("remote_batch");
-  bool batching = X.option_get("cautious") != 1 && X.option_get("secure") != 1 && old > 0;
-  if (old > 0) CHECK(X.option_set("remote_batch", 32) == 0);
+  long old;
+  bool batching = rb_setup(&old);
   fw_heap_t *def = X.heap_get_default();
   CHECK(def != NULL);
   void *p[RB_N], **extra = fwt_scratch(RB_MAX * sizeof *extra);
   size_t nextra;
-  rb_job j;
+  rb_job j = {.bytes = false};
 
   /* held until the freeing thread collects */
   rb_batch(def, p, extra, &nextra);
-  size_t before = rb_start(&j, def, p, true, false);
+  size_t before = rb_start(&j, def, p, RB_N, true, false);
   size_t held = rb_freed(&j, def);
   CHECKF(held == (batching ? before : before - RB_N), "%zu blocks live after another thread freed %d of %zu (%s)",
          held, (int)RB_N, before, batching ? "held by it for a batch" : "no batching in this mode");
@@ -883,7 +892,7 @@ static void t_remote_batch(void) {
 
   /* handed over when the freeing thread exits */
   rb_batch(def, p, extra, &nextra);
-  before = rb_start(&j, def, p, false, false);
+  before = rb_start(&j, def, p, RB_N, false, false);
   after = rb_freed(&j, def);
   CHECKF(after == before - RB_N, "%zu blocks live after the freeing thread exited, want %zu", after, before - RB_N);
   for (size_t i = 0; i < nextra; i++) X.free(extra[i]);
@@ -891,7 +900,7 @@ static void t_remote_batch(void) {
   /* a thread that only frees gets its heap, and holds blocks, once it has
    * freed a few */
   rb_batch(def, p, extra, &nextra);
-  before = rb_start(&j, def, p, true, true);
+  before = rb_start(&j, def, p, RB_N, true, true);
   held = rb_freed(&j, def);
   CHECKF(batching ? held > before - RB_N && held < before : held == before - RB_N,
          "a thread that only frees: %zu blocks live after it freed %d of %zu", held, (int)RB_N, before);
@@ -904,7 +913,7 @@ static void t_remote_batch(void) {
   if (batching) {
     CHECK(X.option_set("remote_batch", 4) == 0);
     rb_batch(def, p, extra, &nextra);
-    before = rb_start(&j, def, p, true, false);
+    before = rb_start(&j, def, p, RB_N, true, false);
     held = rb_freed(&j, def);
     CHECKF(held == before - RB_N, "remote_batch 4: %zu blocks live after another thread freed %d of %zu, want %zu",
            held, (int)RB_N, before, before - RB_N);
@@ -918,7 +927,7 @@ static void t_remote_batch(void) {
   fw_heap_t *h = X.heap_new();
   CHECK(h != NULL);
   rb_batch(h, p, extra, &nextra);
-  before = rb_start(&j, h, p, true, false);
+  before = rb_start(&j, h, p, RB_N, true, false);
   held = rb_freed(&j, h);
   CHECKF(held == before - RB_N, "user heap: %zu blocks live after another thread freed %d of %zu", held, (int)RB_N,
          before);
@@ -944,17 +953,10 @@ static void t_remote_batch(void) {
  * 64 KiB in all (free.c FW_RFREE_HELD: blocks held are blocks their owner
  * cannot reuse), and hands all of them over when it collects. */
 enum { RBB_SIZES = 40, RBB_EACH = 16, RBB_N = RBB_SIZES * RBB_EACH };
-static size_t rbb_bytes_live(fw_heap_t *h) {
-  X.heap_collect(h, false);
-  fw_heap_stats_t s;
-  heap_stats(h, &s);
-  return s.bytes_live;
-}
 
 static void t_remote_batch_bound(void) {
-  long old = X.option_get("remote_batch");
-  bool batching = X.option_get("cautious") != 1 && X.option_get("secure") != 1 && old > 0;
-  if (old > 0) CHECK(X.option_set("remote_batch", 32) == 0);
+  long old;
+  bool batching = rb_setup(&old);
   fw_heap_t *def = X.heap_get_default();
   CHECK(def != NULL);
   void **p = fwt_scratch(RBB_N * sizeof *p);
@@ -966,22 +968,14 @@ static void t_remote_batch_bound(void) {
     memset(p[k], 0x5a, n);
     freed += X.usable_size(p[k]);
   }
-  rb_job j = {.p = p, .n = RBB_N, .collect = true, .heapless = false};
-  atomic_store(&j.step, 0);
-  CHECK(pthread_create(&j.t, NULL, rb_free, &j) == 0);
-  size_t before = rbb_bytes_live(def);
+  rb_job j = {.bytes = true};
+  size_t before = rb_start(&j, def, p, RBB_N, true, false);
   CHECK(before >= freed);
-  atomic_store(&j.step, 1);
-  rb_wait(&j.step, 2);
-  size_t held = rbb_bytes_live(def) - (before - freed);
+  size_t held = rb_freed(&j, def) - (before - freed);
   CHECKF(held <= ((size_t)64 << 10), "another thread freed %zu bytes of %d pages' blocks and holds %zu of them",
          freed, RBB_SIZES, held);
   CHECKF(batching ? held > 0 : held == 0, "%zu bytes held (%s)", held, batching ? "batching" : "no batching in this mode");
-  atomic_store(&j.step, 3);
-  rb_wait(&j.step, 4);
-  size_t after = rbb_bytes_live(def);
-  atomic_store(&j.step, 5);
-  CHECK(pthread_join(j.t, NULL) == 0);
+  size_t after = rb_collected(&j, def);
   CHECKF(after == before - freed, "%zu bytes live after the freeing thread collected, want %zu", after,
          before - freed);
   CHECK(X.option_set("remote_batch", old) == 0);
