@@ -410,8 +410,8 @@ bool fw_page_adopt(fw_heap_t *heap, fw_page_t *page) {
  * reuse memory already touched instead of spreading over fresh pages. */
 void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
   /* only the classes of that kind with a queue: a few, where a program
-   * allocates (cc1 set up 18,681 pages, and looked at about 40 heads for
-   * each before the classes of the other kind were left out) */
+   * allocates (cc1 -O2 set up 18,681 pages and spent 9.6M instructions on
+   * this look before the other kind's classes were left out, 7.8M after) */
   for (size_t w = 0; w < 2; w++) {
     for (uint64_t m = heap->queued[w] & fw_kind_classes[kind][w]; m; m &= m - 1) {
       size_t c = w * 64 + (size_t)__builtin_ctzll(m);
