@@ -332,6 +332,19 @@ static FW_NOINLINE void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page
 /* The rest of fw_free_generic_page: large blocks, aligned pages, the secure
  * level. */
 static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_page_t *page) {
+  /* The owner's free of a large block the heap profiler sampled (at the
+   * default rate, most blocks of 1 MiB are): fw_free_generic's tests for
+   * its large blocks but for the flag, kept out of its common path. The
+   * profiler forgets the sample and, as the owner calls, clears the flag,
+   * so the page goes to the cache as any other rather than through
+   * retire's tests for every kind of page. */
+  if (fw_page_flags(page) == (FW_PF_FULL | FW_PF_SAMPLED) && page->kind == FW_KIND_LARGE && p == (void *)page->area &&
+      page->used == 1 && atomic_load_explicit(&page->xfree, memory_order_relaxed) == FW_XFREE_DELAYED &&
+      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) {
+    fw_prof_free(page, p);
+    fw_heap_large_free_local(page);
+    return;
+  }
   fw_block_t *b = (fw_block_t *)p;
   if ((fw_page_flags(page) & FW_PF_ALIGNED) || page->kind == FW_KIND_LARGE) b = fw_page_block_start(page, p);
   fw_block_check_in(seg, page, p, b, "double free");  /* the cookie: fw_free_generic */

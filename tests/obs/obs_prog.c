@@ -22,7 +22,8 @@
  * "edges", for the heap profiler: 100 blocks of 64 bytes from site_calloc,
  * freed last first (samples that stay on their page, several on one), and
  * 20000 blocks of 1 KiB from site_aligned (aligned_alloc with an alignment
- * of 16), each freed at once. With "forkheld" it first forks while a
+ * of 16), each freed at once, then 200 blocks of 1 MiB from site_churn,
+ * each freed at once (large blocks, freed by their owner). With "forkheld" it first forks while a
  * thread holds the heap profiler's lock (writing a leak report into a full
  * pipe, inside the profiler's list of sites), and fails unless the child
  * can still take samples that need that lock. */
@@ -115,6 +116,11 @@ __attribute__((noinline)) void *site_calloc(size_t n) {
   __asm__ volatile("" ::: "memory");
   return p;
 }
+__attribute__((noinline)) void *site_churn(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
 __attribute__((noinline)) void *site_aligned(size_t n) {
   void *p = aligned_alloc(16, n);
   __asm__ volatile("" ::: "memory");
@@ -129,6 +135,12 @@ static int profile_edges(void) {
   for (int i = 0; i < 20000; i++) {
     void *p = site_aligned(1024);
     if (!p) return 1;
+    free(p);
+  }
+  for (int i = 0; i < 200; i++) {
+    char *p = site_churn(1u << 20);
+    if (!p) return 1;
+    p[0] = p[(1u << 20) - 1] = (char)i;
     free(p);
   }
   return 0;

@@ -292,6 +292,15 @@ class Profile(unittest.TestCase):
         self.assertEqual(pprof_top(f, "alloc_objects").get("site_calloc"), "100")
         self.assertIn(pprof_top(f, "inuse_objects").get("site_calloc", "0"), ("0", "0B"))
 
+    def test_large_churn_forgotten(self):
+        # 200 blocks of 1 MiB, each freed by its thread at once: every one a
+        # sample at rate 1, and every free takes it out of the in-use
+        # figures (the owner's free of a sampled large block has a path of
+        # its own, free.c fw_free_generic_other)
+        f = self.profile(1, args=("edges",))
+        self.assertEqual(pprof_top(f, "alloc_objects").get("site_churn"), "200")
+        self.assertIn(pprof_top(f, "inuse_objects").get("site_churn", "0"), ("0", "0B"))
+
     def test_aligned_counted_once(self):
         # aligned_alloc(16, n) takes malloc's path, whose countdown is the
         # only one: 20000 x 1 KiB at one sample per 64 KiB (some 310
