@@ -255,6 +255,11 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   page->adopted = 0;
   page->prof_side = 0;
   atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
+  /* a medium page's later slices hold the heap profiler's records of its
+   * sampled blocks (prof.c): their descriptors' fields may be those of the
+   * memory's earlier use */
+  if (page->kind == FW_KIND_MEDIUM)
+    for (size_t k = 1; k < page->slices; k++) atomic_store_explicit(&page[k].sampled, 0, memory_order_relaxed);
   page->fresh = page->area;
   atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);

@@ -22,8 +22,10 @@
  * "edges", for the heap profiler: 100 blocks of 64 bytes from site_calloc,
  * freed last first (samples that stay on their page, several on one), and
  * 20000 blocks of 1 KiB from site_aligned (aligned_alloc with an alignment
- * of 16), each freed at once, then 200 blocks of 1 MiB from site_churn,
- * each freed at once (large blocks, freed by their owner). With "forkheld" it first forks while a
+ * of 16), each freed at once, 300 blocks of 20 to 45 KiB from site_medium
+ * (medium blocks), half freed by another thread, then 200 blocks of 1 MiB
+ * from site_churn, each freed at once (large blocks, freed by their
+ * owner). With "forkheld" it first forks while a
  * thread holds the heap profiler's lock (writing a leak report into a full
  * pipe, inside the profiler's list of sites), and fails unless the child
  * can still take samples that need that lock. */
@@ -121,6 +123,17 @@ __attribute__((noinline)) void *site_churn(size_t n) {
   __asm__ volatile("" ::: "memory");
   return p;
 }
+__attribute__((noinline)) void *site_medium(size_t n) {
+  void *p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+static void *medium_half[150];
+static void *free_medium_half(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 150; i++) free(medium_half[i]);
+  return NULL;
+}
 __attribute__((noinline)) void *site_aligned(size_t n) {
   void *p = aligned_alloc(16, n);
   __asm__ volatile("" ::: "memory");
@@ -137,6 +150,16 @@ static int profile_edges(void) {
     if (!p) return 1;
     free(p);
   }
+  /* medium blocks stay on their pages when sampled: half freed here, in
+   * an order that is not the allocation's, half by another thread */
+  static void *m[300];
+  for (int i = 0; i < 300; i++)
+    if (!(m[i] = site_medium(20000 + (size_t)(i % 7) * 4096))) return 1;
+  for (int i = 0; i < 150; i++) medium_half[i] = m[2 * i + 1];
+  pthread_t t;
+  if (pthread_create(&t, NULL, free_medium_half, NULL) != 0) return 1;
+  for (int i = 0; i < 150; i++) free(m[(2 * i * 7) % 300]);
+  if (pthread_join(t, NULL) != 0) return 1;
   for (int i = 0; i < 200; i++) {
     char *p = site_churn(1u << 20);
     if (!p) return 1;

@@ -301,6 +301,15 @@ class Profile(unittest.TestCase):
         self.assertEqual(pprof_top(f, "alloc_objects").get("site_churn"), "200")
         self.assertIn(pprof_top(f, "inuse_objects").get("site_churn", "0"), ("0", "0B"))
 
+    def test_medium_samples_forgotten(self):
+        # 300 medium blocks, every one a sample at rate 1, that stay on their
+        # pages (several samples on a page: one in the page's record, the
+        # others in the table), half freed by another thread: every free
+        # takes its sample out of the in-use figures
+        f = self.profile(1, args=("edges",))
+        self.assertEqual(pprof_top(f, "alloc_objects").get("site_medium"), "300")
+        self.assertIn(pprof_top(f, "inuse_objects").get("site_medium", "0"), ("0", "0B"))
+
     def test_aligned_counted_once(self):
         # aligned_alloc(16, n) takes malloc's path, whose countdown is the
         # only one: 20000 x 1 KiB at one sample per 64 KiB (some 310
