@@ -412,7 +412,7 @@ static bool fw_segment_upper_wants_huge(const fw_segment_t *seg) {
   for (size_t s = 0; s < slots / 2; s++) {
     const fw_page_t *pg = &seg->pages[s * seg->page_slices];
     used += (size_t)pg->used * pg->block_size;
-    full += pg->used == pg->reserved;
+    full += pg->used == pg->reserved || pg->prof_side;
   }
   if (seg->kind == FW_KIND_MEDIUM) return used >= FW_THP_UPPER_USED_MEDIUM && seg->tld && !seg->tld->calloc_untouched;
   return used >= FW_THP_UPPER_USED && full >= FW_THP_UPPER_FULL;
