@@ -73,6 +73,19 @@ FW_INLINE size_t fw_rfree_slot(const fw_page_t *page) {
   return (size_t)((h * 0x9e3779b97f4a7c15ull) >> (64 - FW_RFREE_SHIFT));
 }
 
+/* The heap profiler forgets the samples among an entry's blocks before
+ * they go back: after, the owner could hand one out and sample it again.
+ * A block sampled before its free was flagged before it (the flag is set
+ * before the block is handed out, and stays while a sample lives), so the
+ * flag as the entry goes tells whether to look. */
+static FW_NOINLINE void fw_rfree_forget(fw_page_t *page, fw_block_t *b, uint32_t n) {
+  for (uint32_t k = 0; k < n; k++) {
+    fw_block_t *next = k + 1 < n ? fw_block_next(b) : NULL;
+    fw_prof_free(page, b);
+    b = next;
+  }
+}
+
 /* Hands an entry's blocks to their page: one CAS if the owner is still
  * another live thread; else (it exited, or this thread took the segment
  * over meanwhile) each block the way a single free goes. */
@@ -87,6 +100,7 @@ static void fw_rfree_flush_slot(fw_tld_t *tld, size_t i) {
   fw_segment_t *seg = fw_page_segment(page);
   uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_acquire);
   if (owner != 0 && owner != fw_thread_id()) {
+    if (fw_unlikely(fw_page_flags(page) & FW_PF_SAMPLED)) fw_rfree_forget(page, b, n);
     fw_page_free_remote_list(page, b, e->tail, n);
     return;
   }
@@ -106,7 +120,9 @@ void fw_free_remote_flush(fw_tld_t *tld) {
 }
 
 FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page) {
-  if (fw_secure || page->kind == FW_KIND_LARGE || (fw_page_flags(page) & ~(FW_PF_FULL | FW_PF_ALIGNED))) return false;
+  if (fw_secure || page->kind == FW_KIND_LARGE ||
+      (fw_page_flags(page) & ~(FW_PF_FULL | FW_PF_ALIGNED | FW_PF_SAMPLED)))
+    return false;
   uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed);
   if (owner == 0 || owner == fw_thread_id()) return false;
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
