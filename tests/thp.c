@@ -18,6 +18,9 @@
  *   large:   a block above 4 MiB gets them (in an arena and in a mapping
  *            of its own, above 256 MiB), written whole or not; a block of
  *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
+ *   sampled: a thread piling up small blocks of many sizes gets them for
+ *            its first segment's upper half, also with the heap profiler
+ *            on (thp.sampled.prof, libfreeway-prof.so);
  *   never:   with FREEWAY_THP=0, no mapping of the heap asks for them;
  *   delay0:  nor with FREEWAY_PURGE_DELAY=0.
  * The kernel must offer huge pages (not "[never]" in
@@ -214,6 +217,46 @@ static void *advice_spread_thread(void *arg) {
   for (size_t c = 0; c < CLASSES; c++)
     for (size_t k = 0; k < n[c]; k++) A.free(v[c][k]);
   return NULL;
+}
+
+/* A thread piling up 3.5 MB of blocks of 128 B to 1.25 KiB (bench_frag's
+ * rows of 10 threads): the upper half of its first segment asks for huge
+ * pages. Run by thp.sampled.prof with the heap profiler sampling too, a
+ * sample per 64 KiB (some 55 of them): its pages of sampled blocks, a few
+ * in the lower half and never full, once kept the count of full pages
+ * there under the threshold (bench_frag 10T took 7,500 page faults with
+ * the profiler on against 4,160 off; this section failed 5 runs of 5 with
+ * that library). */
+static void *sampled_thread(void *arg) {
+  (void)arg;
+  enum { N = 5000 };
+  static char *v[N];
+  uint32_t x = 12345;
+  for (size_t i = 0; i < N; i++) {
+    x = x * 1103515245u + 12345u;
+    size_t size = 128 + (x >> 8) % (1280 - 128 + 1);
+    v[i] = A.malloc(size);
+    CHECK(v[i] != NULL);
+    memset(v[i], 1, size);
+  }
+  const uintptr_t seg_mask = 4 * MiB - 1, first_seg = (uintptr_t)v[0] & ~seg_mask;
+  const char *upper = NULL;
+  for (size_t i = 0; i < N && !upper; i++)
+    if (((uintptr_t)v[i] & ~seg_mask) == first_seg && ((uintptr_t)v[i] & seg_mask) >= 2 * MiB) upper = v[i];
+  CHECKF(upper != NULL, "no block of the 3.5 MB in the upper half of the first one's segment");
+  char fl[512];
+  vma_flags(upper, fl, sizeof fl);
+  fwt_log("sampled: 3.5 MB of 128 B-1.25 KiB blocks kept (profiler %s): first segment's upper half [%s]",
+          getenv("FREEWAY_PROFILE") ? getenv("FREEWAY_PROFILE") : "off", fl);
+  CHECKF(has_flag(fl, "hg"), "a thread piling up 3.5 MB of small blocks got no huge pages for the upper half of "
+         "its first segment: block %p, flags [%s]", (const void *)upper, fl);
+  for (size_t i = 0; i < N; i++) A.free(v[i]);
+  return NULL;
+}
+
+static void t_sampled(void) {
+  need_thp(2);
+  on_thread(sampled_thread);
 }
 
 static void t_advice(void) {
@@ -414,6 +457,7 @@ static const fwt_section sections[] = {
   {"medium_calloc", t_medium_calloc},
   {"split", t_split},
   {"large", t_large},
+  {"sampled", t_sampled},
   {"_never", t_never},
   {"_delay0", t_delay0},
 };

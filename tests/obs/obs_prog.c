@@ -28,7 +28,9 @@
  * owner). With "forkheld" it first forks while a
  * thread holds the heap profiler's lock (writing a leak report into a full
  * pipe, inside the profiler's list of sites), and fails unless the child
- * can still take samples that need that lock. */
+ * can still take samples that need that lock. With "handoff", 6000 blocks
+ * of 9,000 to 19,000 bytes from site_handoff, each freed by another thread
+ * at once, and 6000 from site_kept, each freed at once. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -103,42 +106,26 @@ static int stress(void) {
   return 0;
 }
 
-__attribute__((noinline)) void *site_small(size_t n) {
-  void *p = malloc(n);
-  __asm__ volatile("" ::: "memory"); /* no tail call: the return address stays in here */
-  return p;
-}
-__attribute__((noinline)) void *site_thread(size_t n) {
-  void *p = malloc(n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
-__attribute__((noinline)) void *site_calloc(size_t n) {
-  void *p = calloc(1, n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
-__attribute__((noinline)) void *site_churn(size_t n) {
-  void *p = malloc(n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
-__attribute__((noinline)) void *site_medium(size_t n) {
-  void *p = malloc(n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
+/* A call site of its own: a function the profile and the leak report name,
+ * whose allocation is no tail call (the return address stays in it). */
+#define SITE(name, call)                                                      \
+  __attribute__((noinline)) void *name(size_t n) {                            \
+    void *p = call;                                                           \
+    __asm__ volatile("" ::: "memory");                                        \
+    return p;                                                                 \
+  }
+SITE(site_small, malloc(n))
+SITE(site_thread, malloc(n))
+SITE(site_calloc, calloc(1, n))
+SITE(site_churn, malloc(n))
+SITE(site_medium, malloc(n))
 static void *medium_half[150];
 static void *free_medium_half(void *arg) {
   (void)arg;
   for (int i = 0; i < 150; i++) free(medium_half[i]);
   return NULL;
 }
-__attribute__((noinline)) void *site_aligned(size_t n) {
-  void *p = aligned_alloc(16, n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
+SITE(site_aligned, aligned_alloc(16, n))
 
 static int profile_edges(void) {
   static void *c[100];
@@ -167,6 +154,58 @@ static int profile_edges(void) {
     free(p);
   }
   return 0;
+}
+
+/* ---- handoff ------------------------------------------------------------------
+ * Medium blocks from site_handoff, each freed by another thread
+ * as soon as it is made, in lockstep: that thread batches its frees into a
+ * page (free.c), and the next block of the same page may be sampled after
+ * the batch's entry was made. Between them a block from site_kept, freed
+ * by its own thread at once. */
+#define N_HANDOFF 6000
+static void *_Atomic handoff_slot;
+static sem_t handoff_full, handoff_empty;
+
+SITE(site_handoff, malloc(n))
+
+SITE(site_kept, malloc(n))
+
+static void *handoff_consumer(void *arg) {
+  (void)arg;
+  /* a thread with a heap of its own batches its frees (kept from the
+   * compiler, which would drop an unused malloc and free) */
+  void *own = malloc(64);
+  __asm__ volatile("" : : "r"(own) : "memory");
+  for (int i = 0; i < N_HANDOFF; i++) {
+    while (sem_wait(&handoff_full) != 0) {
+    }
+    free(atomic_load(&handoff_slot));
+    sem_post(&handoff_empty);
+  }
+  free(own);
+  return NULL;
+}
+
+static int handoff(void) {
+  if (sem_init(&handoff_full, 0, 0) != 0 || sem_init(&handoff_empty, 0, 0) != 0) return 1;
+  pthread_t t;
+  if (pthread_create(&t, NULL, handoff_consumer, NULL) != 0) return 1;
+  for (int i = 0; i < N_HANDOFF; i++) {
+    /* six sizes (classes of 3 to 7 blocks a batch) in turns of 100 rounds */
+    size_t size = 9000 + (size_t)(i / 100 % 6) * 2000;
+    char *p = site_handoff(size), *q = site_kept(size);
+    if (!p || !q) return 1;
+    p[0] = p[size - 1] = q[0] = 1;
+    /* the owner's own free of a block of the page clears its flag once
+     * its samples are gone, so that the other thread batches into it
+     * again */
+    free(q);
+    atomic_store(&handoff_slot, p);
+    sem_post(&handoff_full);
+    while (sem_wait(&handoff_empty) != 0) {
+    }
+  }
+  return pthread_join(t, NULL) != 0;
 }
 
 /* ---- forkheld ---------------------------------------------------------------- */
@@ -336,11 +375,7 @@ static int user_heap(void) {
   return 0;
 }
 
-__attribute__((noinline)) void *site_big(size_t n) {
-  void *p = malloc(n);
-  __asm__ volatile("" ::: "memory");
-  return p;
-}
+SITE(site_big, malloc(n))
 
 static void *thread_main(void *arg) {
   (void)arg;
@@ -380,6 +415,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "heap") == 0 && user_heap() != 0) return 1;
   if (strcmp(mode, "pool") == 0 && object_pool() != 0) return 1;
   if (strcmp(mode, "edges") == 0 && profile_edges() != 0) return 1;
+  if (strcmp(mode, "handoff") == 0 && handoff() != 0) return 1;
   if (strcmp(mode, "counts") == 0) {
     for (int i = 0; i < N_CROSS; i++)
       if (!(cross[i] = malloc(5000))) return 1;
