@@ -387,6 +387,13 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
   return fw_malloc_plain(heap, size);
 }
 
+/* A block of a large page whose memory is fresh from the OS: it reads as
+ * zero, and calloc need not clear it. */
+static bool fw_large_block_zero(const void *p) {
+  const fw_page_t *page = fw_ptr_page(p);
+  return page->kind == FW_KIND_LARGE && page->is_zero;
+}
+
 void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
   if (zero && size > FW_DIRECT_MAX && size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
     /* memory fresh from the OS is not cleared again: only the link word */
@@ -402,16 +409,9 @@ void *fw_heap_malloc_zero(fw_heap_t *heap, size_t size, bool zero) {
     return p;
   }
   void *p = fw_heap_malloc_fast(heap, size);
-  /* a small block (most callocs) is on no large page: clear it without
+  /* a small block (most callocs) is on no large page: cleared without
    * looking its page up */
-  if (zero && p) {
-    if (size <= FW_MEDIUM_MAX) {
-      memset(p, 0, size);
-    } else {
-      fw_page_t *page = fw_ptr_page(p);
-      if (!(page->kind == FW_KIND_LARGE && page->is_zero)) memset(p, 0, size);
-    }
-  }
+  if (zero && p && (size <= FW_MEDIUM_MAX || !fw_large_block_zero(p))) memset(p, 0, size);
   return p;
 }
 
@@ -431,10 +431,7 @@ void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool
   if (align <= FW_MIN_ALIGN) return fw_heap_malloc_zero(heap, size < align ? align : size, zero);
   if (size > PTRDIFF_MAX) return fw_enomem();
   void *p = fw_malloc_aligned_plain(heap, size, align);
-  if (p && zero) {
-    fw_page_t *page = fw_ptr_page(p);
-    if (!(page->kind == FW_KIND_LARGE && page->is_zero)) memset(p, 0, size);
-  }
+  if (p && zero && !fw_large_block_zero(p)) memset(p, 0, size);
   return p;
 }
 

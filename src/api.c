@@ -62,10 +62,9 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
 /* The plain forms test the option only when the fast path misses, which it
  * always does in cautious mode (fast.h). */
 #if FW_PROF_ENTRIES
-/* As fw_malloc_fast (fast.h): only tail calls leave the hit, so that it
- * needs no stack frame. With the slow path's return coming back to the
- * countdown, it had one: 21 instructions a new against 15 in libfreeway.so
- * (callgrind, bench_objects 128 B), where malloc's countdown adds 2. */
+/* The hit as malloc's (fast.h, FW_PROF_HIT). With the slow path's return
+ * coming back to the countdown, it had a stack frame: 21 instructions a
+ * new against 15 in libfreeway.so (callgrind, bench_objects 128 B). */
 static FW_NOINLINE FW_COLD void *fw_new_slow_counted(size_t size, unsigned form) {
   void *p = fw_new_slow(size, form);
   return fw_prof_countdown(FW_TLS(fw_tls_heap), p, size);  /* the heap may be new */
@@ -74,13 +73,7 @@ static FW_NOINLINE FW_COLD void *fw_new_slow_counted(size_t size, unsigned form)
   FW_HIDDEN void *name(size_t size);                                               \
   void *name(size_t size) {                                                        \
     fw_heap_t *heap = FW_TLS(fw_tls_heap);                                         \
-    if (fw_likely(size <= FW_DIRECT_MAX)) {                                        \
-      fw_block_t *b = fw_page_pop_fast(heap->direct[size]);                        \
-      if (fw_likely(b != NULL)) {                                                  \
-        if (fw_likely((heap->prof_left -= (intptr_t)size) >= 0)) return b;        \
-        return fw_prof_sampled(heap, b, size);                                     \
-      }                                                                            \
-    }                                                                              \
+    FW_PROF_HIT(heap, size);                                                       \
     return fw_new_slow_counted(size, form);                                        \
   }
 #else

@@ -50,17 +50,25 @@ static FW_NOINLINE FW_COLD void *fw_malloc_slow_counted(size_t size, fw_heap_t *
   void *b = fw_malloc_slow(size, heap);
   return fw_prof_countdown(FW_TLS(fw_tls_heap), b, size);  /* the heap may be new */
 }
-/* Only tail calls leave the hit, so it needs no stack frame: the countdown
- * adds one subtract and one branch. */
+/* The hit of the flavour's allocations (malloc's here, operator new's in
+ * api.c): a block of the heap's direct table, counted down, returned from
+ * the function it is used in. Only tail calls leave it, so that function
+ * needs no stack frame: the countdown adds one subtract and one branch.
+ * On a miss it falls through to the caller's slow path, which must be a
+ * tail call too (and count down itself). */
+#define FW_PROF_HIT(heap, size)                                               \
+  do {                                                                        \
+    if (fw_likely((size) <= FW_DIRECT_MAX)) {                                 \
+      fw_block_t *b_ = fw_page_pop_fast((heap)->direct[size]);                \
+      if (fw_likely(b_ != NULL)) {                                            \
+        if (fw_likely(((heap)->prof_left -= (intptr_t)(size)) >= 0)) return b_; \
+        return fw_prof_sampled((heap), b_, (size));                           \
+      }                                                                       \
+    }                                                                         \
+  } while (0)
 FW_INLINE void *fw_malloc_fast(size_t size) {
   fw_heap_t *heap = FW_TLS(fw_tls_heap);
-  if (fw_likely(size <= FW_DIRECT_MAX)) {
-    fw_block_t *b = fw_page_pop_fast(heap->direct[size]);
-    if (fw_likely(b != NULL)) {
-      if (fw_likely((heap->prof_left -= (intptr_t)size) >= 0)) return b;
-      return fw_prof_sampled(heap, b, size);
-    }
-  }
+  FW_PROF_HIT(heap, size);
   return fw_malloc_slow_counted(size, heap);
 }
 /* The allocations that do not go through fw_malloc_fast (calloc, realloc,

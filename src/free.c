@@ -282,12 +282,23 @@ static FW_COLD __attribute__((noreturn)) void fw_free_foreign(void *p, fw_segmen
  * in it, and p is not that one: what the fast path would do. The fast
  * path's test reads the same descriptor, so this one trusts p no more than
  * it does. A sampled medium block stays on its page (prof.c), which holds
- * 4 to 64 blocks: bench_speed 12T with the profiler on frees some 1.1
- * million blocks from such pages. */
+ * 4 to 64 blocks. */
 FW_INLINE bool fw_free_beside_sample(fw_segment_t *seg, fw_page_t *page, const void *p) {
   return page->kind != FW_KIND_LARGE && atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id() &&
          atomic_load_explicit(&page->sampled, memory_order_relaxed) == 1 &&
          (uintptr_t)p - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed);
+}
+
+/* The owner frees the block of a large page whose flags are exactly flags
+ * (its start, one block live, no remote free under way): what
+ * fw_heap_large_free_local takes. The tests are those of the page path
+ * for this case, so a double free or an interior pointer still goes the
+ * long way. The kind first: most blocks that reach it are not large. */
+FW_INLINE bool fw_free_large_own(fw_segment_t *seg, const fw_page_t *page, const void *p, unsigned flags) {
+  return page->kind == FW_KIND_LARGE && fw_page_flags(page) == flags && p == (const void *)page->area &&
+         page->used == 1 &&
+         atomic_load_explicit(&page->xfree, memory_order_relaxed) == FW_XFREE_DELAYED &&
+         atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id();
 }
 
 /* Out of line, so that fw_free_generic's own tests need no frame. */
@@ -317,13 +328,9 @@ void fw_free_generic(void *p) {
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  /* The owner frees a large block that nothing else is pending on: the
-   * tests are those of the path below for this case (its start, one block
-   * live, no flag but being in the full list, no remote free under way),
-   * so a double free or an interior pointer still goes the long way. */
-  if (slice->kind == FW_KIND_LARGE && fw_page_flags(slice) == FW_PF_FULL && p == (void *)slice->area &&
-      slice->used == 1 && atomic_load_explicit(&slice->xfree, memory_order_relaxed) == FW_XFREE_DELAYED &&
-      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) {
+  /* The owner frees a large block that nothing else is pending on, with no
+   * flag but being in the full list. */
+  if (fw_free_large_own(seg, slice, p, FW_PF_FULL)) {
     fw_heap_large_free_local(slice);
     return;
   }
@@ -365,9 +372,7 @@ static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_pag
    * profiler forgets the sample and, as the owner calls, clears the flag,
    * so the page goes to the cache as any other rather than through
    * retire's tests for every kind of page. */
-  if (fw_page_flags(page) == (FW_PF_FULL | FW_PF_SAMPLED) && page->kind == FW_KIND_LARGE && p == (void *)page->area &&
-      page->used == 1 && atomic_load_explicit(&page->xfree, memory_order_relaxed) == FW_XFREE_DELAYED &&
-      atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) {
+  if (fw_free_large_own(seg, page, p, FW_PF_FULL | FW_PF_SAMPLED)) {
     fw_prof_free(page, p);
     fw_heap_large_free_local(page);
     return;

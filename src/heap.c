@@ -86,9 +86,9 @@ fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls) {
 
 fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   size_t bs = fw_class_size[cls];
-  int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
-  fw_page_t *page = fw_segment_page_alloc(heap->tld, kind, false);
-  if (!page) page = fw_segment_page_alloc(heap->tld, kind, true);
+  FW_ASSERT(bs <= FW_SMALL_MAX);  /* medium samples stay on their pages (prof.c) */
+  fw_page_t *page = fw_segment_page_alloc(heap->tld, FW_KIND_SMALL, false);
+  if (!page) page = fw_segment_page_alloc(heap->tld, FW_KIND_SMALL, true);
   if (!page) return NULL;
   /* fewer blocks, and after them the profiler's record of each: a free
    * finds its sample there, with no lookup and no lock */

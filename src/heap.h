@@ -25,7 +25,7 @@ FW_HIDDEN fw_block_t *fw_heap_pool_take_delayed(void);
 FW_HIDDEN fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls);
 /* The same when the queue has been searched already (fw_page_queue_find). */
 FW_HIDDEN fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls);
-/* A fresh page of class cls for the heap profiler's sampled blocks only
+/* A fresh page of small class cls for the heap profiler's sampled blocks only
  * (FW_PF_SAMPLES): in the heap's full list, never in a class queue, so that
  * every free from it takes the slow path and none from other pages does.
  * NULL without memory. */
