@@ -511,6 +511,7 @@ static void fw_prof_uncount(fw_page_t *page) {
  * its offset; a block whose slot is taken goes to the table. Only the
  * owner fills a slot, and only an empty one; only the free of its block,
  * in any thread, empties it. */
+_Static_assert(FW_MEDIUM_PAGE_SLICES > 1, "a medium page has later slices to hold its samples");
 FW_INLINE fw_page_t *fw_prof_slot(fw_page_t *page, uint32_t off) {
   if (page->kind != FW_KIND_MEDIUM) return NULL;
   return page + 1 + (off / page->block_size) % (page->slices - 1u);
@@ -629,6 +630,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
  * few each, each page set up in memory not touched before: 63,900 page
  * faults against 44,300 with the profiler off, 44,900 left in place
  * (medians of 9 runs). */
+_Static_assert((FW_SMALL_MAX & (FW_SMALL_MAX - 1)) == 0, "a small block's power of two is a small size");
 static FW_NOINLINE void *fw_prof_move_to(fw_heap_t *heap, fw_page_t *page, void *p) {
   /* the sampled small blocks of the classes up to a power of two share
    * the page of that one's: a heap that samples many sizes sets up a few

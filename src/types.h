@@ -92,8 +92,10 @@ struct fw_page_s {
       uintptr_t link_mask;       /* the bits a valid link's t = next ^ b has clear
                                     (page.h): the segment's and those below the
                                     block size's power-of-two factor */
-      /* The owner's malloc and free touch only the fields above and the two
-       * below: the first 64 bytes, one cache line. Others' frees write
+      /* What the owner's malloc and free read and write on their common
+       * paths (the pop and the push, the class, fresh for blocks above
+       * FW_DIRECT_MAX, frees on the slow frees) is the fields above and the
+       * two below: the first 64 bytes, one cache line. Others' frees write
        * xfree, on the next line, so that their compare-and-swaps do not
        * take the owner's line away from it. (bench_glibcbench --mode thread,
        * 300,000 random frees and mallocs of 8 B-32 KiB: 745,000 L1 read
@@ -102,8 +104,8 @@ struct fw_page_s {
       union {
         uint8_t *fresh;          /* blocks > FW_DIRECT_MAX: from here on never handed
                                     out (zero but for the link word if is_zero) */
-        int64_t prof_objects;    /* FW_KIND_LARGE: what its block's sample stands for,
-                                    if the heap profiler sampled it (prof.c) */
+        int64_t prof_objects;    /* FW_KIND_LARGE, and a medium page's later slices:
+                                    what a sampled block stands for (prof.c) */
       };
       uint64_t frees;            /* blocks freed since the slot became a page (the
                                     ledger's counts: folded into the owner's
@@ -123,11 +125,15 @@ struct fw_page_s {
       union {
         fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
                                     free only once free is used up (delayed reuse) */
-        size_t prof_size;        /* FW_KIND_LARGE (never on a list): the size asked
-                                    for of its block, if the heap profiler sampled it */
+        size_t prof_size;        /* FW_KIND_LARGE (never on a list), and a medium
+                                    page's later slices: the size asked for of a
+                                    sampled block (prof.c) */
       };
-      _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c) */
-      _Atomic(uint32_t) sampled_at; /* the offset from area of the one sampled, if one;
+      _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c);
+                                    a medium page's later slice: the call site of
+                                    the sample it records, 0 for none */
+      _Atomic(uint32_t) sampled_at; /* the offset from area of the one sampled, if one
+                                       (a later slice: of the block it records);
                                        FW_KIND_LARGE: its call site's number */
     };
     uint8_t raw_[1u << FW_PAGE_DESC_SHIFT]; /* same size on 32- and 64-bit builds */

@@ -228,6 +228,21 @@ class Profile(unittest.TestCase):
             self.skipTest("go is not installed: the profile is not read back")
         return files[0]
 
+    # obs_prog edges at rate 1 (every allocation a sample), run once for
+    # the tests that read it
+    _edges = None
+
+    def edges_profile(self):
+        if Profile._edges is None:
+            Profile._edges = self.profile(1, args=("edges",))
+        return Profile._edges
+
+    def assert_all_forgotten(self, f, site, count):
+        """count samples taken at site, and none of them left in use"""
+        self.assertEqual(pprof_top(f, "alloc_objects").get(site), str(count))
+        inuse = pprof_top(f, "inuse_objects")
+        self.assertIn(inuse.get(site, "0"), ("0", "0B"), (site, inuse))
+
     def test_every_allocation(self):
         # FREEWAY_PROFILE_RATE=1: every allocation is a sample standing for
         # one allocation, so the counts are exact
@@ -238,9 +253,7 @@ class Profile(unittest.TestCase):
     def test_destroyed_heap(self):
         # blocks of a user heap are sampled; destroyed with it, they leave
         # the in-use figures
-        f = self.profile(1, args=("heap",))
-        self.assertEqual(pprof_top(f, "alloc_objects").get("site_heap"), "500")
-        self.assertIn(pprof_top(f, "inuse_objects").get("site_heap", "0"), ("0", "0B"))
+        self.assert_all_forgotten(self.profile(1, args=("heap",)), "site_heap", 500)
 
     def test_growth_profiles(self):
         # FREEWAY_PROFILE_GROWTH=1: a profile each time the bytes in use pass
@@ -288,27 +301,21 @@ class Profile(unittest.TestCase):
         # last first: every one leaves the in-use figures (each free used to
         # skip the lookup when its block was not the page's last sample, and
         # one sample per page stayed in use for ever)
-        f = self.profile(1, args=("edges",))
-        self.assertEqual(pprof_top(f, "alloc_objects").get("site_calloc"), "100")
-        self.assertIn(pprof_top(f, "inuse_objects").get("site_calloc", "0"), ("0", "0B"))
+        self.assert_all_forgotten(self.edges_profile(), "site_calloc", 100)
 
     def test_large_churn_forgotten(self):
         # 200 blocks of 1 MiB, each freed by its thread at once: every one a
         # sample at rate 1, and every free takes it out of the in-use
         # figures (the owner's free of a sampled large block has a path of
         # its own, free.c fw_free_generic_other)
-        f = self.profile(1, args=("edges",))
-        self.assertEqual(pprof_top(f, "alloc_objects").get("site_churn"), "200")
-        self.assertIn(pprof_top(f, "inuse_objects").get("site_churn", "0"), ("0", "0B"))
+        self.assert_all_forgotten(self.edges_profile(), "site_churn", 200)
 
     def test_medium_samples_forgotten(self):
         # 300 medium blocks, every one a sample at rate 1, that stay on their
         # pages (several samples on a page: one in the page's record, the
         # others in the table), half freed by another thread: every free
         # takes its sample out of the in-use figures
-        f = self.profile(1, args=("edges",))
-        self.assertEqual(pprof_top(f, "alloc_objects").get("site_medium"), "300")
-        self.assertIn(pprof_top(f, "inuse_objects").get("site_medium", "0"), ("0", "0B"))
+        self.assert_all_forgotten(self.edges_profile(), "site_medium", 300)
 
     def test_batched_samples_forgotten(self):
         # another thread frees each site_handoff block as it is made,
