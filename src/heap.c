@@ -157,9 +157,9 @@ void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
   FW_ASSERT(heap != &fw_heap_empty);
   size_t slices = (size + FW_SLICE_SIZE - 1) / FW_SLICE_SIZE;
   if (align <= FW_SLICE_SIZE) {
-    void *p = heap->lcache_bytes ? fw_large_cache_alloc(heap, slices) : NULL;
+    void *p = heap->lcache_bytes ? fw_large_cache_alloc(heap, size) : NULL;
     if (p) return p;
-    fw_large_cache_miss(heap);
+    fw_large_cache_miss(heap, size);
   }
   if (slices <= FW_SPAN_MAX_SLICES) heap->lcache_recent += slices * FW_SLICE_SIZE;
   fw_page_t *page = fw_heap_large_page(heap, size, align);
@@ -168,7 +168,8 @@ void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
     page = fw_heap_large_page(heap, size, align);
     if (!page) return NULL;
   }
-  return fw_large_take(heap, page);
+  page->ends = 0;  /* fresh slices: no size ended in them yet */
+  return fw_large_take(heap, page, size);
 }
 
 /* ---- giving memory back ------------------------------------------------------ */

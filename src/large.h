@@ -6,17 +6,20 @@
 
 /* Makes a LARGE page (from the segment layer or the cache) heap's live
  * block: in the full list, remote frees routed through the heap. */
-FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page);
+FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size);
 /* The cache keeps span pages of up to this many slices (1 MiB): see large.c. */
 #define FW_LCACHE_MAX_SLICES 16
+/* page->ends: a bit for each 4 KiB of a large page's last slice */
+#define FW_LCACHE_END_SHIFT 12
+_Static_assert((FW_SLICE_SIZE >> FW_LCACHE_END_SHIFT) <= 32, "page->ends has a bit for each 4 KiB of a slice");
 /* A freed span page waits in the cache; false if it does not fit there. */
 FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
-/* A cached page of that many slices made heap's live block (as
+/* A cached page for a block of size bytes made heap's live block (as
  * fw_large_take), or NULL. */
-FW_HIDDEN void *fw_large_cache_alloc(fw_heap_t *heap, size_t slices);
-/* A request the cache had nothing for: if it holds more than
- * FREEWAY_LARGE_CACHE, all of it goes back to the segments. */
-FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap);
+FW_HIDDEN void *fw_large_cache_alloc(fw_heap_t *heap, size_t size);
+/* A request of size bytes the cache had nothing for: if it holds more than
+ * FREEWAY_LARGE_CACHE, that much of it goes back to the segments. */
+FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap, size_t size);
 /* all: every cached page; else those already seen by the previous look */
 FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
 /* realloc in place: the block grows into the free slices after it, cached

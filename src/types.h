@@ -120,8 +120,12 @@ struct fw_page_s {
       uint8_t prof_side;         /* the heap profiler's records of the blocks follow
                                     them (FW_PROF_SIDE bytes a block): a page of
                                     sampled blocks, or one that was (prof.c) */
-      uint32_t aligned_live;     /* FW_PF_ALIGNED: interior blocks handed out and not
+      union {
+        uint32_t aligned_live;   /* FW_PF_ALIGNED: interior blocks handed out and not
                                     yet freed by the owner (the flag goes with the last) */
+        uint32_t ends;           /* FW_KIND_LARGE: the 4 KiB pages of the last slice in
+                                    which the sizes it was taken for ended (large.c) */
+      };
       union {
         fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
                                     free only once free is used up (delayed reuse) */

@@ -1,7 +1,10 @@
 /* large.c — the large-block cache (large.h) on a heap of its own: a batch
  * of blocks bigger than FREEWAY_LARGE_CACHE, freed and allocated again,
  * is served from the cache whole; a request of a size the cache does not
- * hold gives back what it keeps beyond the option first. */
+ * hold, while it keeps more than the option, gives back as much as it
+ * asks for (the oldest pages first), not all of it; a cached page where an
+ * earlier block ended in the same 4 KiB as the request will is taken
+ * before the one freed last. */
 #include "itest.h"
 #include "heap.h"
 #include "large.h"
@@ -56,8 +59,16 @@ static void t_large_cache_batch(void) {
   CHECK(heap->lcache_bytes == 0);
 }
 
-/* A size the cache does not hold: what it keeps beyond the option goes
- * back to the segments before the request is placed. */
+static bool in_cache(const fw_heap_t *heap, const void *p) {
+  for (size_t n = 1; n <= FW_LCACHE_MAX_SLICES; n++)
+    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->next)
+      if (pg->area == (const uint8_t *)p) return true;
+  return false;
+}
+
+/* A size the cache does not hold, while it keeps more than the option: as
+ * much as the request goes back to the segments before it is placed, from
+ * the oldest pages, and the rest stays for the sizes that come again. */
 static void t_large_cache_miss(void) {
   fw_heap_t *heap = test_heap();
   enum { N = 40 };
@@ -68,11 +79,18 @@ static void t_large_cache_miss(void) {
   }
   for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(v[i]), (fw_block_t *)v[i]);
   CHECKF(heap->lcache_bytes == N * MiB, "%zu MiB cached, expected %d", heap->lcache_bytes / MiB, N);
-  void *p = fw_heap_large_malloc(heap, 640 * 1024, 16);
+  void *p = fw_heap_large_malloc(heap, 1536 * 1024, 16);
   CHECK(p != NULL);
-  CHECKF(heap->lcache_bytes == 0, "a request of another size left %zu MiB in the cache", heap->lcache_bytes / MiB);
+  CHECKF(heap->lcache_bytes == (N - 2) * MiB, "a request of 1.5 MiB of another size left %zu KiB in the cache, not %d MiB",
+         heap->lcache_bytes / 1024, N - 2);
+  CHECKF(!in_cache(heap, v[0]) && !in_cache(heap, v[1]) && in_cache(heap, v[2]) && in_cache(heap, v[N - 1]),
+         "the miss gave back other pages than the two freed first");
   fw_heap_free_local(fw_ptr_page(p), (fw_block_t *)p);
+  fw_large_cache_flush(heap, true);
   /* within the option, a miss keeps what is cached */
+  void *a = fw_heap_large_malloc(heap, 640 * 1024, 16);
+  CHECK(a != NULL);
+  fw_heap_free_local(fw_ptr_page(a), (fw_block_t *)a);
   CHECK(heap->lcache_bytes == 640 * 1024);
   void *q = fw_heap_large_malloc(heap, 256 * 1024, 16);
   CHECK(q != NULL);
@@ -81,10 +99,30 @@ static void t_large_cache_miss(void) {
   fw_large_cache_flush(heap, true);
 }
 
+/* Of cached pages of one slice count, the one in which an earlier block
+ * ended in the 4 KiB page where the request will, though freed first. */
+static void t_large_cache_ends(void) {
+  fw_heap_t *heap = test_heap();
+  size_t base = 4 * 65536;  /* 5 slices: 256 KiB + 1 to 320 KiB */
+  void *a = fw_heap_large_malloc(heap, base + 10000, 16);
+  void *b = fw_heap_large_malloc(heap, base + 50000, 16);
+  CHECK(a != NULL && b != NULL && fw_ptr_page(a)->slices == 5 && fw_ptr_page(b)->slices == 5);
+  fw_heap_free_local(fw_ptr_page(a), (fw_block_t *)a);
+  fw_heap_free_local(fw_ptr_page(b), (fw_block_t *)b);  /* b is the last freed */
+  void *c = fw_heap_large_malloc(heap, base + 9000, 16);  /* ends in a's last 4 KiB page */
+  CHECKF(c == a, "a request ending where block %p ended got %p (the last freed is %p)", a, c, b);
+  void *d = fw_heap_large_malloc(heap, base + 30000, 16);  /* ends where neither did: the one left */
+  CHECK(d == b);
+  fw_heap_free_local(fw_ptr_page(c), (fw_block_t *)c);
+  fw_heap_free_local(fw_ptr_page(d), (fw_block_t *)d);
+  fw_large_cache_flush(heap, true);
+}
+
 int main(int argc, char **argv) {
   static const it_section sections[] = {
     {"large_cache_batch", t_large_cache_batch},
     {"large_cache_miss", t_large_cache_miss},
+    {"large_cache_ends", t_large_cache_ends},
   };
   return it_main(argc, argv, sections, sizeof sections / sizeof sections[0]);
 }
