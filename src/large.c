@@ -74,12 +74,13 @@ void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
   size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20, freed = 0;
   for (size_t n = FW_LCACHE_MAX_SLICES; n >= 1 && freed < size && heap->lcache_bytes > cap; n--) {
     while (heap->lcache[n] && freed < size) {
-      /* the oldest of the bin: the ones freed last are the likeliest to be
-       * asked for again */
+      /* the oldest of the bin (or the 64th: a bound on the walk): the ones
+       * freed last are the likeliest to be asked for again */
       fw_page_t **link = &heap->lcache[n];
-      while ((*link)->next) link = &(*link)->next;
+      for (unsigned k = 1; (*link)->next && k < 64; k++) link = &(*link)->next;
       fw_page_t *page = *link;
-      *link = NULL;
+      *link = page->next;
+      page->next = NULL;
       heap->lcache_bytes -= n * FW_SLICE_SIZE;
       freed += n * FW_SLICE_SIZE;
       fw_segment_page_free(heap->tld, page);

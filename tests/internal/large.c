@@ -59,6 +59,13 @@ static void t_large_cache_batch(void) {
   CHECK(heap->lcache_bytes == 0);
 }
 
+static size_t cached_pages(const fw_heap_t *heap) {
+  size_t k = 0;
+  for (size_t n = 1; n <= FW_LCACHE_MAX_SLICES; n++)
+    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->next) k++;
+  return k;
+}
+
 static bool in_cache(const fw_heap_t *heap, const void *p) {
   for (size_t n = 1; n <= FW_LCACHE_MAX_SLICES; n++)
     for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->next)
@@ -85,6 +92,23 @@ static void t_large_cache_miss(void) {
          heap->lcache_bytes / 1024, N - 2);
   CHECKF(!in_cache(heap, v[0]) && !in_cache(heap, v[1]) && in_cache(heap, v[2]) && in_cache(heap, v[N - 1]),
          "the miss gave back other pages than the two freed first");
+  fw_heap_free_local(fw_ptr_page(p), (fw_block_t *)p);
+  fw_large_cache_flush(heap, true);
+  /* a bin longer than the walk the miss takes: its 64th page goes back,
+   * and the ones after it stay listed */
+  enum { M = 100 };
+  void *w[M];
+  for (int i = 0; i < M; i++) {
+    w[i] = fw_heap_large_malloc(heap, MiB, 16);
+    CHECK(w[i] != NULL);
+  }
+  for (int i = 0; i < M; i++) fw_heap_free_local(fw_ptr_page(w[i]), (fw_block_t *)w[i]);
+  p = fw_heap_large_malloc(heap, 1536 * 1024, 16);
+  CHECK(p != NULL);
+  CHECKF(heap->lcache_bytes == (M - 2) * MiB && cached_pages(heap) == M - 2,
+         "after a miss in a bin of %d pages: %zu KiB cached in %zu pages", M, heap->lcache_bytes / 1024,
+         cached_pages(heap));
+  CHECK(!in_cache(heap, w[M - 64]) && !in_cache(heap, w[M - 65]) && in_cache(heap, w[0]) && in_cache(heap, w[M - 1]));
   fw_heap_free_local(fw_ptr_page(p), (fw_block_t *)p);
   fw_large_cache_flush(heap, true);
   /* within the option, a miss keeps what is cached */
