@@ -3,7 +3,8 @@
  * head's extra count in used, heap->direct[] following the head, block
  * pop/push counts, carving, and remote frees (the xfree list folded in by
  * fw_page_collect, the heap's delayed list for full pages), and adopted
- * pages serving before a dry head carves more. */
+ * pages (and, for medium blocks, any page) serving before a dry head carves
+ * more. */
 #include "itest.h"
 #include "heap.h"
 #include "page.h"
@@ -215,6 +216,48 @@ static void t_page_queue_adopted(void) {
   fw_page_t *c = lone_page(heap, cls);
   CHECK(!c->adopted);
   fw_segment_page_free(heap->tld, c);
+  fw_heap_struct_free(heap);
+}
+
+/* Medium blocks: a dry head that could carve lets any page further on with
+ * free blocks serve first, the heap's own too: carving a block of 8 KiB or
+ * more brings in new memory for each one, while the free ones are there. */
+static void t_page_queue_medium(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t cls = fw_size_class(16384);
+  fw_page_queue_t *q = &heap->queues[cls];
+  enum { MAXB = 64, NB = 6 };
+  fw_block_t *ab[MAXB], *bb[MAXB];
+  size_t na = 0, nb = 0;
+  fw_page_t *a = lone_page(heap, cls), *b = lone_page(heap, cls);
+  CHECK(a->kind == FW_KIND_MEDIUM && a->reserved <= MAXB && a->reserved > NB);
+  while (fw_page_has_free(a)) ab[na++] = fw_page_pop_checked(a);
+  while (nb < NB) {
+    bb[nb] = fw_page_take(b);
+    CHECK(bb[nb] != NULL);
+    nb++;
+  }
+  for (size_t i = 0; i < nb; i += 2) CHECK(!fw_page_push(b, bb[i]));  /* every other block free */
+  fw_page_queue_push(heap, q, a);
+  fw_page_queue_push(heap, q, b);
+  CHECK(q->first == a && !a->adopted && !b->adopted && !fw_page_has_free(a) && a->capacity < a->reserved);
+  uint32_t cap = a->capacity;
+  CHECK(fw_page_queue_find(heap, cls) == b);
+  CHECKF(q->first == b && a->capacity == cap,
+         "a dry head of medium blocks carved (capacity %u, was %u) while page %p further on had free blocks",
+         a->capacity, cap, (void *)b);
+  /* b's free blocks used up, and none elsewhere: b carves */
+  for (size_t i = 0; i < nb; i += 2) CHECK(fw_page_pop_checked(b) != NULL);
+  uint32_t bcap = b->capacity;
+  CHECK(fw_page_queue_find(heap, cls) == b && b->capacity > bcap && a->capacity == cap);
+  while (fw_page_has_free(b)) bb[nb++] = fw_page_pop_checked(b);
+  for (size_t i = 0; i < na; i++) fw_page_push(a, ab[i]);
+  for (size_t i = 0; i < nb; i++) fw_page_push(b, bb[i]);
+  fw_page_queue_remove(heap, q, a);
+  fw_page_queue_remove(heap, q, b);
+  CHECK(a->used == 0 && b->used == 0);
+  fw_segment_page_free(heap->tld, a);
+  fw_segment_page_free(heap->tld, b);
   fw_heap_struct_free(heap);
 }
 
@@ -522,6 +565,7 @@ int main(int argc, char **argv) {
     {"page_full_delayed", t_page_full_delayed},
     {"page_aligned_flag", t_page_aligned_flag},
     {"page_queue_adopted", t_page_queue_adopted},
+    {"page_queue_medium", t_page_queue_medium},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
