@@ -86,15 +86,18 @@
  *      fw_malloc_generic without the rest of the slow path.
  *   c. otherwise, or when the list is empty: delayed remote frees,
  *      occasional housekeeping (purging), then the class queue: fold in
- *      remote frees, carve more never-used blocks (one OS page at a time),
- *      move exhausted pages to the full list, take a fresh slot from a
+ *      remote frees, carve more never-used blocks (one OS page at a time;
+ *      for medium blocks only once the next pages in the queue have no
+ *      free block, since each carved block brings in new memory), move
+ *      exhausted pages to the full list, take a fresh slot from a
  *      segment, adopt an abandoned segment (into the default heap only), or
  *      map a new one.
  *   d. large blocks: a span of slices in a span segment, or a segment of
  *      their own. A span of up to 1 MiB freed by its thread first waits in
  *      the heap's large-block cache (FREEWAY_LARGE_CACHE MiB) for a request
  *      of the same slice count, which gets it back with the pages it touched
- *      in place; a bigger span goes back to its segment at once, where the
+ *      in place (one where an earlier block ended in the 4 KiB page the
+ *      request will end in, if one of the first few cached did); a bigger span goes back to its segment at once, where the
  *      next request of a size near its reuses its warm slices.
  *      A block above 2 MiB is its own segment of whole chunks; freed, the
  *      chunks go back to the arena but stay warm there for ten purge delays,
