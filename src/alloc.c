@@ -97,8 +97,9 @@
  *      the heap's large-block cache (FREEWAY_LARGE_CACHE MiB) for a request
  *      of the same slice count, which gets it back with the pages it touched
  *      in place (one where an earlier block ended in the 4 KiB page the
- *      request will end in, if one of the first few cached did); a bigger span goes back to its segment at once, where the
- *      next request of a size near its reuses its warm slices.
+ *      request will end in, if one of the first few cached did); a bigger
+ *      span goes back to its segment at once, where the next request of a
+ *      size near its reuses its warm slices.
  *      A block above 2 MiB is its own segment of whole chunks; freed, the
  *      chunks go back to the arena but stay warm there for ten purge delays,
  *      and the next big block is placed over them (see arena claims above),
