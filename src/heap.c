@@ -289,6 +289,7 @@ void fw_heap_large_free_local(fw_page_t *page) {
   page->used = 0;
   page->frees++;
   fw_page_queue_remove(heap, &heap->full, page);
+  if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
   if (!fw_large_cache_put(heap, page)) {
     fw_page_collect(page);
     fw_segment_page_free(heap->tld, page);

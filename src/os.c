@@ -129,6 +129,16 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
 #endif
 }
 
+size_t fw_os_resident(const void *p, size_t size) {
+  size_t ps = fw_page_size_real ? fw_page_size_real : 4096, n = size / ps, k = 0;
+  unsigned char vec[FW_OS_RESIDENT_MAX / 4096];
+  if (n == 0 || n > sizeof vec || ((uintptr_t)p & (ps - 1))) return SIZE_MAX;
+  fw_os_count(FW_OSC_RESIDENT);
+  if (mincore((void *)p, n * ps, vec) != 0) return SIZE_MAX;
+  for (size_t i = 0; i < n; i++) k += vec[i] & 1;
+  return k * ps;
+}
+
 bool fw_os_is_mapped(const void *p) {
   unsigned char vec;
   void *page = (void *)((uintptr_t)p & ~(uintptr_t)(fw_page_size_real ? fw_page_size_real - 1 : 4095));

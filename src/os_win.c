@@ -204,6 +204,12 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
   return false;
 }
 
+size_t fw_os_resident(const void *p, size_t size) {
+  /* QueryWorkingSetEx could tell, one entry a page; nothing asks it yet */
+  (void)p, (void)size;
+  return SIZE_MAX;
+}
+
 bool fw_os_is_mapped(const void *p) {
   MEMORY_BASIC_INFORMATION mi;
   if (VirtualQuery(p, &mi, sizeof mi) != sizeof mi) return false;

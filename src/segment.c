@@ -174,11 +174,67 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
  * touched comes in whole, as with mimalloc, which uses huge pages for all
  * of its memory. */
 #define FW_THP_LARGE_CHUNKS 2
+
+/* Blocks of 1 to 4 MiB (spans of 17 to 32 slices, and segments of one
+ * chunk of their own) get huge pages from a thread that has been seen to
+ * write such blocks through. Whether it does cannot be told from its
+ * requests, and the two kinds of program want opposite things: one that
+ * fills its buffers of a few MiB and frees them, over and over (decoders,
+ * compressors, batch and image processing), faults every 4 KiB of them in,
+ * and again after each purge (bench_bigchurn, 1 to 4 MiB: some 4,000 to
+ * 13,000 faults where huge pages take 20 to 160, and 1.8 to 2.4 times the
+ * time of allocators that back all their memory with huge pages); one that
+ * writes a header and a trailer, or callocs an array it touches here and
+ * there, would have each such block brought in whole (bench_speed with 16
+ * threads, 256 B to 2 MiB, first and last byte written: 74 MiB of peak RSS
+ * in 4 KiB pages, 500 MiB in huge ones). So the owner's free of a big
+ * block in 4 KiB pages now and then looks at how much of the block's first
+ * MiB is resident (fw_os_resident, one mincore call): FW_BIG_WHOLE looks in
+ * a row that find 7/8 of it there make the thread's new span segments and
+ * one-chunk blocks huge, and each span of 1 MiB or more it places in a
+ * segment of 4 KiB pages advises that segment (already resident pages stay
+ * as they are; ranges not touched yet come in 2 MiB at a time). A look
+ * that finds less puts the thread back. Looks that agree with the one
+ * before come at twice the interval, up to one in FW_BIG_EVERY_MAX big
+ * frees; one that disagrees brings the next one at once: a thread that
+ * never writes its big blocks through pays a few dozen system calls at
+ * most, then one per thousand frees. The look sees the block's memory,
+ * not the block: a block placed on pages a block before it wrote counts as
+ * written, which is what matters, since those pages are resident either
+ * way. */
+#define FW_BIG_LOOK ((size_t)1 << 20)
+#define FW_BIG_WHOLE 2
+#define FW_BIG_EVERY_MAX 1024
+static bool fw_segment_big_whole(const fw_tld_t *tld) { return tld && tld->big_whole >= FW_BIG_WHOLE; }
+
+void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page) {
+  FW_ASSERT(page->kind == FW_KIND_LARGE && page->block_size > FW_BIG_MIN);
+  const fw_segment_t *seg = fw_page_segment(page);
+  if (seg->huge || !seg->arena || fw_opt(THP) != FW_THP_AUTO || fw_opt(PURGE_DELAY) == 0) return;
+  if (tld->big_wait) {
+    tld->big_wait--;
+    return;
+  }
+  size_t res = fw_os_resident(page->area, FW_BIG_LOOK);
+  if (res == SIZE_MAX) {
+    tld->big_wait = UINT16_MAX;  /* the OS cannot tell: rarely ask again */
+    return;
+  }
+  bool whole = res >= FW_BIG_LOOK / 8 * 7, was = tld->big_whole > 0;
+  if (!whole) tld->big_whole = 0;
+  else if (tld->big_whole < UINT8_MAX) tld->big_whole++;
+  unsigned every = whole == was && tld->big_every ? 2u * tld->big_every : 1u;
+  tld->big_every = (uint16_t)(every < FW_BIG_EVERY_MAX ? every : FW_BIG_EVERY_MAX);
+  tld->big_wait = (uint16_t)(tld->big_every - 1);
+}
+
 static bool fw_segment_wants_huge(const fw_tld_t *tld, int kind, size_t chunks) {
   if (fw_opt(PURGE_DELAY) == 0) return false;
-  if (kind == FW_KIND_LARGE) return chunks >= FW_THP_LARGE_CHUNKS;
+  if (kind == FW_KIND_LARGE) return chunks >= FW_THP_LARGE_CHUNKS || fw_segment_big_whole(tld);
+  if (kind == FW_KIND_SPAN) return fw_segment_big_whole(tld);
   return kind == FW_KIND_SMALL && tld->segments_small >= FW_THP_AFTER;
 }
+static void fw_segment_make_huge(fw_segment_t *seg);
 
 static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size_t align, size_t offset,
                                     bool *is_zero) {
@@ -338,6 +394,10 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
     if (!seg) return NULL;
     start = 1;
   }
+  /* a thread that writes its big blocks through (above) */
+  if (n * FW_SLICE_SIZE >= FW_BIG_MIN && !seg->huge && seg->arena && fw_segment_big_whole(tld) &&
+      fw_opt(THP) == FW_THP_AUTO && fw_opt(PURGE_DELAY) != 0)
+    fw_segment_make_huge(seg);
   uint64_t bits = fw_mask_low(n) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);
   if (seg->pages_used++ == 0) tld->segments_empty--;

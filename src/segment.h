@@ -12,6 +12,11 @@
 FW_HIDDEN fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new);
 /* A LARGE page of n slices (1..FW_SPAN_MAX_SLICES) in a span segment. */
 FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new);
+/* The owner is freeing a large block of more than FW_BIG_MIN (1 MiB): now
+ * and then, looks at whether the thread writes such blocks through, which
+ * decides whether its big blocks get huge pages (segment.c). */
+#define FW_BIG_MIN ((size_t)1 << 20)
+FW_HIDDEN void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page);
 /* A LARGE page in a segment of its own, holding size bytes at an address
  * aligned to align (any power of two). */
 FW_HIDDEN fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align);

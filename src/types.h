@@ -282,6 +282,10 @@ struct fw_tld_s {
   size_t segments_small;            /* owned segments of small pages */
   bool calloc_untouched;            /* has handed out a medium block by calloc
                                        without writing it (fresh memory) */
+  uint8_t big_whole;                /* looks in a row that found a freed big block
+                                       written through (fw_segment_big_look) */
+  uint16_t big_every;               /* big frees from one look to the next */
+  uint16_t big_wait;                /* big frees until the next look */
   fw_tld_t *pool_next;
   fw_tld_t *all_next;               /* every tld ever made (never freed): reports */
   fw_counts_t counts;

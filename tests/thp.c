@@ -18,6 +18,9 @@
  *   large:   a block above 4 MiB gets them (in an arena and in a mapping
  *            of its own, above 256 MiB), written whole or not; a block of
  *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
+ *   big_whole, big_ends: blocks of 1 to 4 MiB get them once their thread
+ *            has been seen writing such blocks through, and not from a
+ *            thread that writes only their first and last bytes;
  *   sampled: a thread piling up small blocks of many sizes gets them for
  *            its first segment's upper half, also with the heap profiler
  *            on (thp.sampled.prof, libfreeway-prof.so);
@@ -449,6 +452,62 @@ static void t_delay0(void) {
   on_thread(none_thread);
 }
 
+/* Blocks of 1 to 4 MiB (spans, and one-chunk segments of their own) get
+ * huge pages once their thread has been seen writing such blocks through
+ * (segment.c, fw_segment_big_look); a thread that writes only their ends
+ * keeps 4 KiB pages. Three slots replaced 64 times, then one block of each
+ * kind is looked at. */
+static void big_round(bool whole, const char *what) {
+  enum { LIVE = 3, OPS = 64 };
+  char *v[LIVE] = {0};
+  fwt_rng r;
+  fwt_rng_init(&r, 9);
+  for (int i = 0; i < OPS; i++) {
+    size_t j = (size_t)(fwt_next(&r) % LIVE);
+    A.free(v[j]);
+    size_t len = fwt_range(&r, MiB + MiB / 4, 3 * MiB);
+    v[j] = A.malloc(len);
+    CHECK(v[j] != NULL);
+    if (whole) memset(v[j], 1, len);
+    v[j][0] = v[j][len - 1] = 2;
+  }
+  static const size_t sizes[] = {MiB + MiB / 2, 3 * MiB};
+  for (size_t k = 0; k < 2; k++) {
+    char *p = A.malloc(sizes[k]);
+    CHECK(p != NULL);
+    p[0] = p[sizes[k] - 1] = 1;
+    char flags[512];
+    vma_flags(p, flags, sizeof flags);
+    fwt_log("%s: after %d blocks of 1.25-3 MiB, a block of %zu KiB: mapping [%s]", what, OPS, sizes[k] >> 10, flags);
+    CHECKF(has_flag(flags, "hg") == whole, "%s: a block of %zu KiB %s huge pages: flags [%s]", what, sizes[k] >> 10,
+           whole ? "got no" : "asks for", flags);
+    A.free(p);
+  }
+  for (size_t j = 0; j < LIVE; j++) A.free(v[j]);
+}
+
+static void *big_whole_thread(void *arg) {
+  (void)arg;
+  big_round(true, "big_whole");
+  return NULL;
+}
+
+static void *big_ends_thread(void *arg) {
+  (void)arg;
+  big_round(false, "big_ends");
+  return NULL;
+}
+
+static void t_big_whole(void) {
+  need_thp(2);
+  on_thread(big_whole_thread);
+}
+
+static void t_big_ends(void) {
+  need_thp(2);
+  on_thread(big_ends_thread);
+}
+
 static const fwt_section sections[] = {
   {"advice", t_advice},
   {"pile", t_pile},
@@ -457,6 +516,8 @@ static const fwt_section sections[] = {
   {"medium_calloc", t_medium_calloc},
   {"split", t_split},
   {"large", t_large},
+  {"big_whole", t_big_whole},
+  {"big_ends", t_big_ends},
   {"sampled", t_sampled},
   {"_never", t_never},
   {"_delay0", t_delay0},
