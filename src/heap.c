@@ -162,12 +162,14 @@ void *fw_heap_large_malloc(fw_heap_t *heap, size_t size, size_t align) {
     fw_large_cache_miss(heap, size);
   }
   if (slices <= FW_SPAN_MAX_SLICES) heap->lcache_recent += slices * FW_SLICE_SIZE;
+  if (size > FW_BIG_MIN) fw_segment_big_early(heap->tld);
   fw_page_t *page = fw_heap_large_page(heap, size, align);
   if (!page) {
     fw_heap_housekeeping(heap, true);
     page = fw_heap_large_page(heap, size, align);
     if (!page) return NULL;
   }
+  if (size > FW_BIG_MIN) fw_segment_big_placed(heap->tld, page);
   page->ends = 0;  /* fresh slices: no size ended in them yet */
   return fw_large_take(heap, page, size);
 }

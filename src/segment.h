@@ -17,6 +17,10 @@ FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new
  * decides whether its big blocks get huge pages (segment.c). */
 #define FW_BIG_MIN ((size_t)1 << 20)
 FW_HIDDEN void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page);
+/* A block of more than FW_BIG_MIN is about to be placed / was placed at
+ * page: the early looks, before the thread has freed such a block. */
+FW_HIDDEN void fw_segment_big_early(fw_tld_t *tld);
+FW_HIDDEN void fw_segment_big_placed(fw_tld_t *tld, const fw_page_t *page);
 /* A LARGE page in a segment of its own, holding size bytes at an address
  * aligned to align (any power of two). */
 FW_HIDDEN fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align);

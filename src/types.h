@@ -286,6 +286,9 @@ struct fw_tld_s {
                                        written through (fw_segment_big_look) */
   uint16_t big_every;               /* big frees from one look to the next */
   uint16_t big_wait;                /* big frees until the next look */
+  uint16_t big_huge;                /* big frees in huge pages since the decision */
+  uint8_t big_early;                /* looks made at the next big malloc */
+  const uint8_t *big_last;          /* the last big block placed, for that look */
   fw_tld_t *pool_next;
   fw_tld_t *all_next;               /* every tld ever made (never freed): reports */
   fw_counts_t counts;

@@ -19,8 +19,9 @@
  *            of its own, above 256 MiB), written whole or not; a block of
  *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
  *   big_whole, big_ends: blocks of 1 to 4 MiB get them once their thread
- *            has been seen writing such blocks through, and not from a
- *            thread that writes only their first and last bytes;
+ *            has been seen writing such blocks through (at their frees,
+ *            or before any, at the next big malloc: big_early), and not
+ *            from a thread that writes only their first and last bytes;
  *   sampled: a thread piling up small blocks of many sizes gets them for
  *            its first segment's upper half, also with the heap profiler
  *            on (thp.sampled.prof, libfreeway-prof.so);
@@ -498,6 +499,31 @@ static void *big_ends_thread(void *arg) {
   return NULL;
 }
 
+/* Before any big free: three blocks of 1.5-3 MiB written through, kept;
+ * the fourth gets huge pages (the next mallocs looked at the blocks before
+ * them). */
+static void *big_early_thread(void *arg) {
+  (void)arg;
+  static const size_t sizes[] = {3 * MiB, MiB + MiB / 2, 2 * MiB + MiB / 4, MiB + MiB / 2};
+  char *v[4];
+  for (size_t k = 0; k < 4; k++) {
+    v[k] = A.malloc(sizes[k]);
+    CHECK(v[k] != NULL);
+    memset(v[k], 1, sizes[k]);
+  }
+  char flags[512];
+  vma_flags(v[3], flags, sizeof flags);
+  fwt_log("big_early: the fourth block of %zu KiB, none freed yet: mapping [%s]", sizes[3] >> 10, flags);
+  CHECKF(has_flag(flags, "hg"), "big_early: the fourth block written through got no huge pages: flags [%s]", flags);
+  for (size_t k = 0; k < 4; k++) A.free(v[k]);
+  return NULL;
+}
+
+static void t_big_early(void) {
+  need_thp(2);
+  on_thread(big_early_thread);
+}
+
 static void t_big_whole(void) {
   need_thp(2);
   on_thread(big_whole_thread);
@@ -518,6 +544,7 @@ static const fwt_section sections[] = {
   {"large", t_large},
   {"big_whole", t_big_whole},
   {"big_ends", t_big_ends},
+  {"big_early", t_big_early},
   {"sampled", t_sampled},
   {"_never", t_never},
   {"_delay0", t_delay0},
