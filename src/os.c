@@ -130,9 +130,12 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
 }
 
 size_t fw_os_resident(const void *p, size_t size) {
-  size_t ps = fw_page_size_real ? fw_page_size_real : 4096, n = size / ps, k = 0;
+  size_t ps = fw_page_size_real ? fw_page_size_real : 4096, k = 0;
+  uintptr_t start = ((uintptr_t)p + ps - 1) & ~(uintptr_t)(ps - 1);
+  size_t n = size > start - (uintptr_t)p ? (size - (start - (uintptr_t)p)) / ps : 0;
   unsigned char vec[FW_OS_RESIDENT_MAX / 4096];
-  if (n == 0 || n > sizeof vec || ((uintptr_t)p & (ps - 1))) return SIZE_MAX;
+  if (n == 0 || n > sizeof vec) return SIZE_MAX;
+  p = (const void *)start;
   fw_os_count(FW_OSC_RESIDENT);
   if (mincore((void *)p, n * ps, vec) != 0) return SIZE_MAX;
   for (size_t i = 0; i < n; i++) k += vec[i] & 1;

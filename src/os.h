@@ -124,10 +124,9 @@ FW_HIDDEN bool fw_os_purge_pages(void *p, size_t size);
  * to. False if it refused (no THP support): nothing changed. Splits the
  * mapping where the advice changes, so callers give it in whole chunks. */
 FW_HIDDEN bool fw_os_thp(void *p, size_t size, bool huge);
-/* How many bytes of [p, p + size) are resident, in whole OS pages (p
- * page-aligned, size at most FW_OS_RESIDENT_MAX); SIZE_MAX if the OS cannot
- * tell. One system call that walks the range's page tables and touches no
- * page. */
+/* How many bytes of the whole OS pages inside [p, p + size) are resident
+ * (size at most FW_OS_RESIDENT_MAX); SIZE_MAX if the OS cannot tell. One
+ * system call that walks the range's page tables and touches no page. */
 #define FW_OS_RESIDENT_MAX ((size_t)4 << 20)
 FW_HIDDEN size_t fw_os_resident(const void *p, size_t size);
 /* True if the page holding p is mapped (a probe; no access is made). */

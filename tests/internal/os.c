@@ -4,7 +4,8 @@
  * page, the recursive lock, the quick stack walk (the same frames as
  * the unwinder's, or a refusal), and the list of executable mappings (the
  * same as stdio reads from /proc/self/maps, with paths of 4 and 20 KiB)
- * with the loaded objects' build IDs (the same as the file's notes). */
+ * with the loaded objects' build IDs (the same as the file's notes), and
+ * fw_os_resident's count of resident bytes. */
 #include "itest.h"
 #include "os.h"
 #include <pthread.h>
@@ -748,8 +749,34 @@ static void t_os_mappings(void) {
   CHECK(!fw_os_object_at((uintptr_t)&local, &is_main, id, sizeof id, &id_len));
 }
 
+/* ---- fw_os_resident --------------------------------------------------------
+ * The bytes of the whole OS pages inside the range that are resident: a
+ * mapping with some of its pages written, looked at from page-aligned and
+ * unaligned starts, and purged again. */
+static void t_os_resident(void) {
+  size_t ps = real_page(), len = 64 * ps;
+  uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED);
+  madvise(p, len, MADV_NOHUGEPAGE);
+  CHECK(fw_os_resident(p, len) == 0);
+  static const size_t written[] = {0, 1, 2, 7, 30, 63};
+  for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) p[written[i] * ps + ps / 2] = 1;
+  CHECK(fw_os_resident(p, len) == 6 * ps);
+  /* from one byte in: page 0 is not whole inside the range any more */
+  CHECK(fw_os_resident(p + 1, len - 1) == 5 * ps);
+  /* pages 1 and 2 */
+  CHECK(fw_os_resident(p + ps, 2 * ps) == 2 * ps);
+  CHECK(fw_os_resident(p + 3 * ps, 4 * ps) == 0);
+  /* less than a whole page inside: the OS cannot be asked */
+  CHECK(fw_os_resident(p + 1, ps) == SIZE_MAX);
+  CHECK(fw_os_purge(p, len));
+  CHECK(fw_os_resident(p, len) == 0);
+  CHECK(munmap(p, len) == 0);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
+    {"os_resident", t_os_resident},
     {"os_map", t_os_map},           {"os_map_subpage_offset", t_os_map_subpage_offset},
     {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
     {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
