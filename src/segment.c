@@ -216,8 +216,17 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
 static bool fw_segment_big_whole(const fw_tld_t *tld) { return tld && tld->big_whole >= FW_BIG_WHOLE; }
 
 #define FW_BIG_EARLY 4
+/* A segment in 4 KiB pages that huge pages could be asked for: where a
+ * look can see something, and where a decision can act. */
 static bool fw_segment_big_looks(const fw_segment_t *seg) {
   return !seg->huge && seg->arena && fw_opt(THP) == FW_THP_AUTO && fw_opt(PURGE_DELAY) != 0;
+}
+
+/* 1: the first FW_BIG_LOOK bytes at p are written through, 0: not, -1: the
+ * OS cannot tell. */
+static int fw_segment_big_written(const uint8_t *p) {
+  size_t res = fw_os_resident(p, FW_BIG_LOOK);
+  return res == SIZE_MAX ? -1 : res >= FW_BIG_LOOK / 8 * 7;
 }
 
 void fw_segment_big_early(fw_tld_t *tld) {
@@ -225,8 +234,7 @@ void fw_segment_big_early(fw_tld_t *tld) {
   if (!last) return;
   tld->big_last = NULL;
   tld->big_early++;
-  size_t res = fw_os_resident(last, FW_BIG_LOOK);
-  if (res != SIZE_MAX && res >= FW_BIG_LOOK / 8 * 7 && tld->big_whole < UINT8_MAX) tld->big_whole++;
+  if (fw_segment_big_written(last) == 1 && tld->big_whole < UINT8_MAX) tld->big_whole++;
 }
 
 void fw_segment_big_placed(fw_tld_t *tld, const fw_page_t *page) {
@@ -252,12 +260,12 @@ void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page) {
     tld->big_wait--;
     return;
   }
-  size_t res = fw_os_resident(page->area, FW_BIG_LOOK);
-  if (res == SIZE_MAX) {
+  int written = fw_segment_big_written(page->area);
+  if (written < 0) {
     tld->big_wait = UINT16_MAX;  /* the OS cannot tell: rarely ask again */
     return;
   }
-  bool whole = res >= FW_BIG_LOOK / 8 * 7, was = tld->big_whole > 0;
+  bool whole = written == 1, was = tld->big_whole > 0;
   if (!whole) tld->big_whole = 0;
   else if (tld->big_whole < UINT8_MAX) tld->big_whole++;
   unsigned every = whole == was && tld->big_every ? 2u * tld->big_every : 1u;
@@ -432,8 +440,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
     start = 1;
   }
   /* a thread that writes its big blocks through (above) */
-  if (n * FW_SLICE_SIZE >= FW_BIG_MIN && !seg->huge && seg->arena && fw_segment_big_whole(tld) &&
-      fw_opt(THP) == FW_THP_AUTO && fw_opt(PURGE_DELAY) != 0)
+  if (n * FW_SLICE_SIZE >= FW_BIG_MIN && fw_segment_big_whole(tld) && fw_segment_big_looks(seg))
     fw_segment_make_huge(seg);
   uint64_t bits = fw_mask_low(n) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);

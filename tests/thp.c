@@ -22,6 +22,8 @@
  *            has been seen writing such blocks through (at their frees,
  *            or before any, at the next big malloc: big_early), and not
  *            from a thread that writes only their first and last bytes;
+ *            the decision lapses after 1,024 frees in huge pages and is
+ *            made again (big_lapse);
  *   sampled: a thread piling up small blocks of many sizes gets them for
  *            its first segment's upper half, also with the heap profiler
  *            on (thp.sampled.prof, libfreeway-prof.so);
@@ -524,6 +526,44 @@ static void t_big_early(void) {
   on_thread(big_early_thread);
 }
 
+/* A decision lapses: blocks of 3 MiB (a chunk of their own each), their
+ * first MiB and last byte written, one live at a time. After the first
+ * looks they ask for huge pages; after FW_BIG_EVERY_MAX (1,024) frees in
+ * huge pages one asks for none, and is looked at again, and the blocks
+ * after it ask for huge pages again. */
+static void *big_lapse_thread(void *arg) {
+  (void)arg;
+  enum { OPS = 1100 };
+  const size_t size = 3 * MiB;
+  int first_hg = -1, lapse = -1, again = -1;
+  for (int i = 0; i < OPS && again < 0; i++) {
+    char *p = A.malloc(size);
+    CHECK(p != NULL);
+    memset(p, 1, MiB);
+    p[size - 1] = 1;
+    if (first_hg < 0 || i >= 1000) {
+      char flags[512];
+      vma_flags(p, flags, sizeof flags);
+      bool hg = has_flag(flags, "hg");
+      if (hg && first_hg < 0) first_hg = i;
+      else if (!hg && first_hg >= 0 && lapse < 0) lapse = i;
+      else if (hg && lapse >= 0) again = i;
+    }
+    A.free(p);
+  }
+  fwt_log("big_lapse: huge pages from block %d, none at block %d, again from block %d", first_hg, lapse, again);
+  CHECKF(first_hg >= 0 && first_hg <= 4, "no huge pages for the first blocks written through (from block %d)", first_hg);
+  CHECKF(lapse >= first_hg + 1024, "huge pages stopped at block %d, %d blocks after they started", lapse,
+         lapse - first_hg);
+  CHECKF(again > lapse, "no huge pages after the lapse at block %d", lapse);
+  return NULL;
+}
+
+static void t_big_lapse(void) {
+  need_thp(2);
+  on_thread(big_lapse_thread);
+}
+
 static void t_big_whole(void) {
   need_thp(2);
   on_thread(big_whole_thread);
@@ -545,6 +585,7 @@ static const fwt_section sections[] = {
   {"big_whole", t_big_whole},
   {"big_ends", t_big_ends},
   {"big_early", t_big_early},
+  {"big_lapse", t_big_lapse},
   {"sampled", t_sampled},
   {"_never", t_never},
   {"_delay0", t_delay0},
