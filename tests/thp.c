@@ -489,23 +489,10 @@ static void big_round(bool whole, const char *what) {
   for (size_t j = 0; j < LIVE; j++) A.free(v[j]);
 }
 
-static void *big_whole_thread(void *arg) {
-  (void)arg;
-  big_round(true, "big_whole");
-  return NULL;
-}
-
-static void *big_ends_thread(void *arg) {
-  (void)arg;
-  big_round(false, "big_ends");
-  return NULL;
-}
-
 /* Before any big free: three blocks of 1.5-3 MiB written through, kept;
  * the fourth gets huge pages (the next mallocs looked at the blocks before
  * them). */
-static void *big_early_thread(void *arg) {
-  (void)arg;
+static void big_early(void) {
   static const size_t sizes[] = {3 * MiB, MiB + MiB / 2, 2 * MiB + MiB / 4, MiB + MiB / 2};
   char *v[4];
   for (size_t k = 0; k < 4; k++) {
@@ -518,12 +505,6 @@ static void *big_early_thread(void *arg) {
   fwt_log("big_early: the fourth block of %zu KiB, none freed yet: mapping [%s]", sizes[3] >> 10, flags);
   CHECKF(has_flag(flags, "hg"), "big_early: the fourth block written through got no huge pages: flags [%s]", flags);
   for (size_t k = 0; k < 4; k++) A.free(v[k]);
-  return NULL;
-}
-
-static void t_big_early(void) {
-  need_thp(2);
-  on_thread(big_early_thread);
 }
 
 /* A decision lapses: blocks of 3 MiB (a chunk of their own each), their
@@ -531,8 +512,7 @@ static void t_big_early(void) {
  * looks they ask for huge pages; after FW_BIG_EVERY_MAX (1,024) frees in
  * huge pages one asks for none, and is looked at again, and the blocks
  * after it ask for huge pages again. */
-static void *big_lapse_thread(void *arg) {
-  (void)arg;
+static void big_lapse(void) {
   enum { OPS = 1100 };
   const size_t size = 3 * MiB;
   int first_hg = -1, lapse = -1, again = -1;
@@ -556,23 +536,24 @@ static void *big_lapse_thread(void *arg) {
   CHECKF(lapse >= first_hg + 1024, "huge pages stopped at block %d, %d blocks after they started", lapse,
          lapse - first_hg);
   CHECKF(again > lapse, "no huge pages after the lapse at block %d", lapse);
-  return NULL;
 }
 
-static void t_big_lapse(void) {
-  need_thp(2);
-  on_thread(big_lapse_thread);
-}
-
-static void t_big_whole(void) {
-  need_thp(2);
-  on_thread(big_whole_thread);
-}
-
-static void t_big_ends(void) {
-  need_thp(2);
-  on_thread(big_ends_thread);
-}
+/* The big-block sections run on a thread of their own, which starts with
+ * no decision made. */
+#define BIG_SECTION(name, call)               \
+  static void *name##_thread(void *arg) {     \
+    (void)arg;                                \
+    call;                                     \
+    return NULL;                              \
+  }                                           \
+  static void t_##name(void) {                \
+    need_thp(2);                              \
+    on_thread(name##_thread);                 \
+  }
+BIG_SECTION(big_whole, big_round(true, "big_whole"))
+BIG_SECTION(big_ends, big_round(false, "big_ends"))
+BIG_SECTION(big_early, big_early())
+BIG_SECTION(big_lapse, big_lapse())
 
 static const fwt_section sections[] = {
   {"advice", t_advice},
