@@ -272,6 +272,9 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
     /* counted below all the same: the purge check runs every eighth page
      * emptied, kept or not */
   } else if (page->kind == FW_KIND_LARGE) {
+    /* the checking modes' frees come this way, not through
+     * fw_heap_large_free_local: they look too */
+    if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
     fw_page_collect(page);
     if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
   } else {
