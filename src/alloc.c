@@ -61,12 +61,15 @@
  *   check                        cautious mode's hooks
  *   front (alloc.c, free.c)      the malloc family on a ready heap, free
  *   thread (thread.c, report.c)  process and thread life cycle, reports
- *   entry (api.c, heap_api.c, override.c, new_delete.cpp, fast.h)
+ *   entry (api.c, heap_api.c, override.c, override_cxx.c,
+ *          new_delete.cpp, fast.h)
  *   pool.c                       object pools, on the public API only
  *
  * THE MALLOC AND FREE VARIANTS
- *   malloc, fw_malloc, operator new  fast.h fw_malloc_fast: direct[] pop;
- *                                    miss: thread.c fw_malloc_slow
+ *   malloc, fw_malloc, operator new  fast.h fw_malloc_fast: direct[] pop
+ *                                    (operator new(size_t) in C,
+ *                                    override_cxx.c); miss: thread.c
+ *                                    fw_malloc_slow
  *   fw_heap_malloc                   owner check, then front.h fw_heap_malloc_fast
  *   calloc, fw_heap_calloc           fw_heap_malloc_zero (skips clearing
  *                                    memory known to be zero)

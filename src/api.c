@@ -54,7 +54,7 @@ FW_COLD static void *fw_new_slow(size_t size, unsigned form) {
   if (fw_cautious) return fw_new_cautious(size, 0, form);
   return fw_malloc_slow(size, FW_TLS(fw_tls_heap));
 }
-FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment) {
+FW_COLD void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment) {
   if (fw_cautious) fw_free_checked(p, how, size, alignment);
   else fw_free_slow(p);
 }
@@ -62,29 +62,21 @@ FW_COLD static void fw_delete_slow(void *p, unsigned how, size_t size, size_t al
 /* The plain forms test the option only when the fast path misses, which it
  * always does in cautious mode (fast.h). */
 #if FW_PROF_ENTRIES
-/* The hit as malloc's (fast.h, FW_PROF_HIT). With the slow path's return
- * coming back to the countdown, it had a stack frame: 21 instructions a
- * new against 15 in libfreeway.so (callgrind, bench_objects 128 B). */
-static FW_NOINLINE FW_COLD void *fw_new_slow_counted(size_t size, unsigned form) {
+/* With the slow path's return coming back to the countdown, the hit had a
+ * stack frame: 21 instructions a new against 15 in libfreeway.so
+ * (callgrind, bench_objects 128 B). */
+FW_COLD void *fw_new_miss(size_t size, unsigned form) {
   void *p = fw_new_slow(size, form);
   return fw_prof_countdown(FW_TLS(fw_tls_heap), p, size);  /* the heap may be new */
 }
-#define FW_NEW(name, form)                                                         \
-  FW_HIDDEN void *name(size_t size);                                               \
-  void *name(size_t size) {                                                        \
-    fw_heap_t *heap = FW_TLS(fw_tls_heap);                                         \
-    FW_PROF_HIT(heap, size);                                                       \
-    return fw_new_slow_counted(size, form);                                        \
-  }
 #else
+FW_COLD void *fw_new_miss(size_t size, unsigned form) { return fw_new_slow(size, form); }
+#endif
+/* The forms that return NULL on failure: new_delete.cpp's nothrow forms, and
+ * its new_handler loop's retries. */
 #define FW_NEW(name, form)                                                         \
   FW_HIDDEN void *name(size_t size);                                               \
-  void *name(size_t size) {                                                        \
-    void *p = fw_malloc_try_fast(size);                                            \
-    if (fw_likely(p != NULL)) return p;                                            \
-    return fw_new_slow(size, form);                                                \
-  }
-#endif
+  void *name(size_t size) { FW_NEW_BODY(size, fw_new_miss, form) }
 #define FW_NEW_ALIGNED(name, form)                                                 \
   FW_HIDDEN void *name(size_t size, size_t alignment);                             \
   void *name(size_t size, size_t alignment) {                                      \

@@ -1,5 +1,5 @@
 /* fast.h — the malloc and free fast paths, inlined into every entry point
- * (api.c, override.c, new_delete.cpp's callees) so that the common case
+ * (api.c, override.c, override_cxx.c, new_delete.cpp's callees) so that the common case
  * never calls out of its translation unit. Design: see alloc.c.
  *
  * malloc fast path: size <= FW_DIRECT_MAX, and the page heap->direct[size]
@@ -81,6 +81,25 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
   return fw_malloc_slow(size, FW_TLS(fw_tls_heap));
 }
 #define FW_PROF_ACCOUNT(p, size) ((void)0)
+#endif
+
+/* operator new's and delete's misses (api.c): cautious mode records the
+ * form of each new and checks each delete against it. fw_new_miss counts
+ * down in the profiling flavour, as the hit does. */
+FW_HIDDEN void *fw_new_miss(size_t size, unsigned form);
+FW_HIDDEN void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignment);
+/* The body of an operator new's C function (api.c, override_cxx.c): the
+ * hit, else a tail call of miss(size, form). */
+#if FW_PROF_ENTRIES
+#define FW_NEW_BODY(size, miss, form)                                              \
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);                                           \
+  FW_PROF_HIT(heap, size);                                                         \
+  return miss(size, form);
+#else
+#define FW_NEW_BODY(size, miss, form)                                              \
+  void *p = fw_malloc_try_fast(size);                                              \
+  if (fw_likely(p != NULL)) return p;                                              \
+  return miss(size, form);
 #endif
 
 FW_INLINE void fw_free_fast(void *p) {

@@ -1,5 +1,8 @@
 // The replaceable global operator new and delete (every form of C++17) over
 // the fw_* functions. Linked into the overriding flavours of the library only.
+// On ELF systems the most used ones, new(size_t), delete(void *), their
+// array forms and the sized deletes, are override_cxx.c's, in C with the
+// hit inline; this file gives them their failure path (fw_cxx_new_failed).
 //
 // Semantics follow [new.delete]: a failed allocation calls the installed
 // std::new_handler and retries, for as long as there is one; with none, the
@@ -162,12 +165,14 @@ FW_CXX_COLD void *fw_cxx_new_aligned_nothrow_fail(std::size_t size, std::size_t 
   }
 }
 
+#ifdef _WIN32  // elsewhere override_cxx.c's operator new(size_t) has the hit
 inline void *fw_cxx_new(std::size_t size, bool array) {
   void *p = fw_cxx_try(size, array);
   if (fw_cxx_likely(p != nullptr))
     return p;
   return fw_cxx_new_fail(size, array);
 }
+#endif
 
 inline void *fw_cxx_new_aligned(std::size_t size, std::align_val_t alignment, bool array) {
   void *p = fw_cxx_try_aligned(size, static_cast<std::size_t>(alignment), array);
@@ -195,8 +200,16 @@ inline std::size_t fw_cxx_align(std::align_val_t alignment) noexcept { return st
 } // namespace
 
 // ---- new ------------------------------------------------------------------
+#ifdef _WIN32
 FW_CXX_API void *operator new(std::size_t size) { return fw_cxx_new(size, false); }
 FW_CXX_API void *operator new[](std::size_t size) { return fw_cxx_new(size, true); }
+#else
+// operator new(size_t) and new[](size_t) are override_cxx.c's, in C, with
+// the hit inline; their slow path calls this when memory is out.
+extern "C" FW_CXX_HIDDEN void *fw_cxx_new_failed(std::size_t size, bool array) {
+  return fw_cxx_new_fail(size, array);
+}
+#endif
 
 FW_CXX_API void *operator new(std::size_t size, const std::nothrow_t &) noexcept {
   return fw_cxx_new_nothrow(size, false);
@@ -222,14 +235,16 @@ FW_CXX_API void *operator new[](std::size_t size, std::align_val_t alignment, co
 // ---- delete ---------------------------------------------------------------
 // Every form frees through the block's page, which knows the size and the
 // alignment: the sized and aligned forms pass them on for cautious mode only.
+#ifdef _WIN32  // elsewhere override_cxx.c's, like operator new(size_t)
 FW_CXX_API void operator delete(void *p) noexcept { fw_delete_direct(p); }
 FW_CXX_API void operator delete[](void *p) noexcept { fw_delete_array_direct(p); }
+FW_CXX_API void operator delete(void *p, std::size_t size) noexcept { fw_delete_sized_direct(p, size); }
+FW_CXX_API void operator delete[](void *p, std::size_t size) noexcept { fw_delete_array_sized_direct(p, size); }
+#endif
 
 FW_CXX_API void operator delete(void *p, const std::nothrow_t &) noexcept { fw_delete_direct(p); }
 FW_CXX_API void operator delete[](void *p, const std::nothrow_t &) noexcept { fw_delete_array_direct(p); }
 
-FW_CXX_API void operator delete(void *p, std::size_t size) noexcept { fw_delete_sized_direct(p, size); }
-FW_CXX_API void operator delete[](void *p, std::size_t size) noexcept { fw_delete_array_sized_direct(p, size); }
 
 FW_CXX_API void operator delete(void *p, std::align_val_t alignment) noexcept {
   fw_delete_aligned_direct(p, fw_cxx_align(alignment));
