@@ -476,30 +476,21 @@ static uint32_t fw_prof_table_take(uintptr_t block, size_t *size, int64_t *objec
   return site;
 }
 
-/* ---- the page's count of its sampled blocks ------------------------------------------
- * page->sampled counts them; sampled_at is the offset of the one there is
- * while the count is 1, so that the page's other frees need not look
- * theirs up (here and in free.c). Once two were there together, which one
- * is left when one goes is not known: FW_SAMPLED_MANY then stays in the
- * count, which is never 1 again, until the last one goes. FW_SAMPLED_TABLE
- * stays likewise once a sample of a medium page went to the table (its
- * slot was taken): until then, a free whose block its slot does not hold
- * need not look in the table. */
-#define FW_SAMPLED_MANY 0x80000000u
-#define FW_SAMPLED_TABLE 0x40000000u
-#define FW_SAMPLED_COUNT 0x3fffffffu
+/* ---- the page's count of its sampled blocks (prof.h) ---------------------------- */
 
-static void fw_prof_count(fw_page_t *page, uint32_t off, uint32_t table) {
+/* table: the sample of a medium page went to the table */
+static void fw_prof_count(fw_page_t *page, uint32_t off, bool table) {
   uint32_t old = atomic_load_explicit(&page->sampled, memory_order_relaxed), n;
   do {
-    n = (old ? (old + 1) | FW_SAMPLED_MANY : 1) | table;
+    n = (old ? (old + 1) | FW_SAMPLED_MANY : 1) + (table ? FW_SAMPLED_TABLE_ONE : 0);
     if (!old) atomic_store_explicit(&page->sampled_at, off, memory_order_relaxed);
   } while (!atomic_compare_exchange_weak_explicit(&page->sampled, &old, n, memory_order_relaxed,
                                                   memory_order_relaxed));
 }
 
-static void fw_prof_uncount(fw_page_t *page) {
-  uint32_t n = atomic_fetch_sub_explicit(&page->sampled, 1, memory_order_relaxed) - 1;
+static void fw_prof_uncount(fw_page_t *page, bool table) {
+  uint32_t sub = 1 + (table ? FW_SAMPLED_TABLE_ONE : 0);
+  uint32_t n = atomic_fetch_sub_explicit(&page->sampled, sub, memory_order_relaxed) - sub;
   if (n && !(n & FW_SAMPLED_COUNT))
     atomic_compare_exchange_strong_explicit(&page->sampled, &n, 0, memory_order_relaxed, memory_order_relaxed);
 }
@@ -510,12 +501,7 @@ static void fw_prof_uncount(fw_page_t *page) {
  * are, and holds it while sampled (its site) is not 0 and sampled_at is
  * its offset; a block whose slot is taken goes to the table. Only the
  * owner fills a slot, and only an empty one; only the free of its block,
- * in any thread, empties it. */
-_Static_assert(FW_MEDIUM_PAGE_SLICES > 1, "a medium page has later slices to hold its samples");
-FW_INLINE fw_page_t *fw_prof_slot(fw_page_t *page, uint32_t off) {
-  if (page->kind != FW_KIND_MEDIUM) return NULL;
-  return page + 1 + (off / page->block_size) % (page->slices - 1u);
-}
+ * in any thread, empties it. (fw_prof_slot: prof.h) */
 
 #define FW_SLOT_ANY UINT32_MAX
 /* The sample slot r holds, if it is that of the block at offset off (or
@@ -567,7 +553,7 @@ static void fw_prof_forget_side(fw_page_t *page, fw_side_t *r) {
   uint32_t site = r->site;
   r->site = 0;
   fw_prof_forget(site, r->size, r->objects);
-  fw_prof_uncount(page);
+  fw_prof_uncount(page, false);
 }
 
 static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
@@ -587,7 +573,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
     uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
     uint32_t off = (uint32_t)(block - (uintptr_t)page->area);
     fw_page_t *r = fw_prof_slot(page, off);
-    uint32_t table = 0;
+    bool table = false;
     if (page->prof_side) {
       *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
     } else if (r && !atomic_load_explicit(&r->sampled, memory_order_relaxed)) {
@@ -596,7 +582,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
       atomic_store_explicit(&r->sampled_at, off, memory_order_relaxed);
       atomic_store_explicit(&r->sampled, site, memory_order_release);
     } else if (fw_prof_table_put(block, site, size, objects)) {
-      table = r ? FW_SAMPLED_TABLE : 0;
+      table = r != NULL;
     } else {
       return;
     }
@@ -705,11 +691,14 @@ void fw_prof_free(fw_page_t *page, const void *b) {
     uint32_t off = (uint32_t)((uintptr_t)b - (uintptr_t)page->area);
     fw_page_t *r = fw_prof_slot(page, off);
     uint32_t site = n && r ? fw_prof_slot_take(r, off, &size, &objects) : 0;
-    if (!site && n && (page->kind != FW_KIND_MEDIUM || (n & FW_SAMPLED_TABLE)))
+    bool table = false;
+    if (!site && n && (page->kind != FW_KIND_MEDIUM || (n & FW_SAMPLED_TABLES))) {
       site = fw_prof_table_take((uintptr_t)b, &size, &objects);
+      table = r != NULL;  /* a medium page's, counted as in the table */
+    }
     if (site) {
       fw_prof_forget(site, size, objects);
-      fw_prof_uncount(page);
+      fw_prof_uncount(page, table);
     }
   }
   /* only the owner changes the page's flags */
@@ -728,7 +717,7 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     fw_prof_forget(r->site, r->size, r->objects);
     r->block = 1;
     fw_samples_live--;
-    fw_prof_uncount(page);
+    fw_prof_uncount(page, page->kind == FW_KIND_MEDIUM);
   }
   fw_lock_release(&fw_prof_lock);
   /* the samples the heap's pages keep */
@@ -744,7 +733,7 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
           uint32_t site = fw_prof_slot_take(r, FW_SLOT_ANY, &size, &objects);
           if (!site) continue;
           fw_prof_forget(site, size, objects);
-          fw_prof_uncount(pg);
+          fw_prof_uncount(pg, false);
         }
       } else if (pg->prof_side) {
         fw_side_t *r = fw_prof_side(pg, (uintptr_t)pg->area);

@@ -42,6 +42,47 @@ FW_HIDDEN void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs,
  * could not be written whole. */
 FW_HIDDEN int fw_prof_dump_fd(int fd);
 
+/* page->sampled counts the page's sampled blocks; sampled_at is the
+ * offset of the one there is while the count is 1, so that the page's
+ * other frees need not look theirs up (prof.c and free.c). Once two were
+ * there together, which one is left when one goes is not known:
+ * FW_SAMPLED_MANY then stays in the count, which is never 1 again, until
+ * the last one goes. FW_SAMPLED_TABLES counts, in units of
+ * FW_SAMPLED_TABLE_ONE, a medium page's samples that went to the table
+ * (their slot was taken): while there are none, a free whose block its
+ * slot does not hold need not look in the table. (A flag that stayed
+ * until the page's last sample went sent two thirds of bench_speed's
+ * frees from such pages to the table's lock, 256 B-32 KiB, one thread,
+ * callgrind.) */
+#define FW_SAMPLED_MANY 0x80000000u
+#define FW_SAMPLED_TABLE_ONE 0x01000000u
+#define FW_SAMPLED_TABLES 0x7f000000u
+#define FW_SAMPLED_COUNT 0x00ffffffu
+_Static_assert(FW_MEDIUM_PAGE_SLICES * FW_SLICE_SIZE / FW_SMALL_MAX <= FW_SAMPLED_TABLES / FW_SAMPLED_TABLE_ONE,
+               "a medium page's blocks fit the count of its samples in the table");
+
+/* A medium page's record of the sample of its block at offset off, in the
+ * descriptor of one of its later slices (prof.c); NULL for other pages. */
+_Static_assert(FW_MEDIUM_PAGE_SLICES > 1, "a medium page has later slices to hold its samples");
+FW_INLINE fw_page_t *fw_prof_slot(fw_page_t *page, uint32_t off) {
+  if (page->kind != FW_KIND_MEDIUM) return NULL;
+  return page + 1 + (off / page->block_size) % (page->slices - 1u);
+}
+
+/* For the owner's free of the block at offset off of page (a small or
+ * medium page that holds a sample): true if that block is known not to be
+ * one, so that its free needs no look-up. A page of one sample knows it
+ * by its offset; a medium page of several, by the block's slot, unless
+ * one of its samples went to the table. */
+FW_INLINE bool fw_prof_not_sample(fw_page_t *page, uint32_t off) {
+  uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
+  if (n == 1) return off != atomic_load_explicit(&page->sampled_at, memory_order_relaxed);
+  if (!n || (n & FW_SAMPLED_TABLES) || page->kind != FW_KIND_MEDIUM) return false;
+  const fw_page_t *r = fw_prof_slot(page, off);
+  return !atomic_load_explicit(&r->sampled, memory_order_relaxed) ||
+         atomic_load_explicit(&r->sampled_at, memory_order_relaxed) != off;
+}
+
 /* The countdown of the sampling entry points, after a plain allocation:
  * one subtract and a branch not taken. Returns the block to hand out. */
 FW_INLINE void *fw_prof_countdown(fw_heap_t *heap, void *p, size_t size) {

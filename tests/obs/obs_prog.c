@@ -30,7 +30,9 @@
  * pipe, inside the profiler's list of sites), and fails unless the child
  * can still take samples that need that lock. With "handoff", 6000 blocks
  * of 9,000 to 19,000 bytes from site_handoff, each freed by another thread
- * at once, and 6000 from site_kept, each freed at once. */
+ * at once, and 6000 from site_kept, each freed at once. With "medmix",
+ * 4000 blocks of 9 to 45 KiB from site_medmix, all live at once, then
+ * freed in a shuffled order, every fifth by another thread. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -205,6 +207,44 @@ static int handoff(void) {
     while (sem_wait(&handoff_empty) != 0) {
     }
   }
+  return pthread_join(t, NULL) != 0;
+}
+
+/* ---- medmix -------------------------------------------------------------------
+ * Medium pages that hold several samples, some in the profiler's table
+ * (their slot taken), and many blocks that are not: the owner's frees of
+ * those skip the look-up (free.c, fw_free_beside_sample), and must never
+ * skip a sample's. */
+#define N_MEDMIX 4000
+SITE(site_medmix, malloc(n))
+static void *medmix_remote[N_MEDMIX];
+static void *medmix_free_remote(void *arg) {
+  for (size_t i = 0; i < (size_t)arg; i++) free(medmix_remote[i]);
+  return NULL;
+}
+
+static int medmix(void) {
+  static char *m[N_MEDMIX];
+  uint64_t x = 88172645463325252u;
+  for (int i = 0; i < N_MEDMIX; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t size = 9 * 1024 + (size_t)(x % (36 * 1024));
+    if (!(m[i] = site_medmix(size))) return 1;
+    m[i][0] = m[i][size - 1] = 1;
+  }
+  for (int i = N_MEDMIX - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int j = (int)(x % (uint64_t)(i + 1));
+    char *t = m[i];
+    m[i] = m[j], m[j] = t;
+  }
+  size_t remote = 0;
+  for (int i = 0; i < N_MEDMIX; i++) {
+    if (i % 5 == 0) medmix_remote[remote++] = m[i];
+    else free(m[i]);
+  }
+  pthread_t t;
+  if (pthread_create(&t, NULL, medmix_free_remote, (void *)remote) != 0) return 1;
   return pthread_join(t, NULL) != 0;
 }
 
@@ -416,6 +456,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "pool") == 0 && object_pool() != 0) return 1;
   if (strcmp(mode, "edges") == 0 && profile_edges() != 0) return 1;
   if (strcmp(mode, "handoff") == 0 && handoff() != 0) return 1;
+  if (strcmp(mode, "medmix") == 0 && medmix() != 0) return 1;
   if (strcmp(mode, "counts") == 0) {
     for (int i = 0; i < N_CROSS; i++)
       if (!(cross[i] = malloc(5000))) return 1;

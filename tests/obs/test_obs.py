@@ -333,6 +333,19 @@ class Profile(unittest.TestCase):
         for site in ("site_handoff", "site_kept"):
             self.assertIn(inuse.get(site, "0"), ("0", "0B"), (site, inuse))
 
+    def test_medium_pages_mixed(self):
+        # 4000 medium blocks of 9 to 45 KiB live at once, one sample per
+        # 64 KiB (several samples on each page, some in the table as their
+        # slot is taken), freed in a shuffled order, every fifth by another
+        # thread: the owner's frees of the blocks that are not samples skip
+        # the look-up, and every sample still leaves the in-use figures.
+        # When a page's samples in the table were not counted (the look-up
+        # skipped for them too), samples stayed in use.
+        f = self.profile(65536, args=("medmix",))
+        self.assertGreater(to_bytes(pprof_top(f, "alloc_space").get("site_medmix", "0")), 0)
+        inuse = pprof_top(f, "inuse_objects")
+        self.assertIn(inuse.get("site_medmix", "0"), ("0", "0B"), inuse)
+
     def test_aligned_counted_once(self):
         # aligned_alloc(16, n) takes malloc's path, whose countdown is the
         # only one: 20000 x 1 KiB at one sample per 64 KiB (some 310
