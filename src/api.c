@@ -91,14 +91,13 @@ FW_NEW_ALIGNED(fw_new_array_aligned_direct, FW_FORM_NEW_ARRAY)
 /* One per form of delete; the arguments a form lacks are 0. */
 #define FW_DELETE(name, params, how, size, alignment)                               \
   FW_HIDDEN void name params;                                                      \
-  FW_PROBING void name params {                                                    \
-    if (fw_likely(fw_free_try_fast(p))) return;                                    \
-    fw_delete_slow(p, how, size, alignment);                                       \
-  }
+  FW_PROBING void name params { FW_DELETE_BODY(how, size, alignment) }
 FW_DELETE(fw_delete_direct, (void *p), FW_FORM_NEW, 0, 0)
 FW_DELETE(fw_delete_array_direct, (void *p), FW_FORM_NEW_ARRAY, 0, 0)
+#ifdef _WIN32 /* elsewhere the sized deletes are override_cxx.c's */
 FW_DELETE(fw_delete_sized_direct, (void *p, size_t n), FW_FORM_NEW | FW_HOW_SIZED, n, 0)
 FW_DELETE(fw_delete_array_sized_direct, (void *p, size_t n), FW_FORM_NEW_ARRAY | FW_HOW_SIZED, n, 0)
+#endif
 FW_DELETE(fw_delete_aligned_direct, (void *p, size_t a), FW_FORM_NEW | FW_HOW_ALIGNED, 0, a)
 FW_DELETE(fw_delete_array_aligned_direct, (void *p, size_t a), FW_FORM_NEW_ARRAY | FW_HOW_ALIGNED, 0, a)
 FW_DELETE(fw_delete_sized_aligned_direct, (void *p, size_t n, size_t a), FW_FORM_NEW | FW_HOW_SIZED | FW_HOW_ALIGNED,

@@ -101,6 +101,11 @@ FW_HIDDEN void fw_delete_slow(void *p, unsigned how, size_t size, size_t alignme
   if (fw_likely(p != NULL)) return p;                                              \
   return miss(size, form);
 #endif
+/* The body of an operator delete's C function (api.c, override_cxx.c); p
+ * is its first parameter, the arguments a form lacks are 0. */
+#define FW_DELETE_BODY(how, size, alignment)                                       \
+  if (fw_likely(fw_free_try_fast(p))) return;                                      \
+  fw_delete_slow(p, how, size, alignment);
 
 FW_INLINE void fw_free_fast(void *p) {
   if (fw_unlikely(!fw_free_try_fast(p))) fw_free_slow(p);

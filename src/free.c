@@ -320,10 +320,11 @@ void fw_free_generic(void *p) {
   fw_segment_t *seg = fw_ptr_segment(p);
   fw_page_t *slice = fw_ptr_slice(seg, p);
   /* The owner's free into a page whose only flag is the heap profiler's,
-   * beside the one sampled block that lives in it (fw_free_beside_sample).
-   * Others (a full page, a medium page's later slices) go on to the
-   * profiler's quick look (prof.c, fw_prof_free): a test here on the
-   * common path of every remote free would cost more than it saves. */
+   * of a block the page knows not to be a sample (fw_free_beside_sample);
+   * a medium page's later slices are tested below, after the cookie.
+   * Others (a full page, another thread's) go on to the profiler's quick
+   * look (prof.c, fw_prof_free): a test here on the common path of every
+   * remote free would cost more than it saves. */
   if (fw_unlikely(fw_page_flags(slice) == FW_PF_SAMPLED) && fw_free_beside_sample(seg, slice, p)) {
     fw_free_local_push(slice, p);
     return;

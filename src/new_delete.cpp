@@ -245,7 +245,6 @@ FW_CXX_API void operator delete[](void *p, std::size_t size) noexcept { fw_delet
 FW_CXX_API void operator delete(void *p, const std::nothrow_t &) noexcept { fw_delete_direct(p); }
 FW_CXX_API void operator delete[](void *p, const std::nothrow_t &) noexcept { fw_delete_array_direct(p); }
 
-
 FW_CXX_API void operator delete(void *p, std::align_val_t alignment) noexcept {
   fw_delete_aligned_direct(p, fw_cxx_align(alignment));
 }

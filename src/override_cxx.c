@@ -48,10 +48,7 @@ FW_CXX_NEW(fw_cxx_operator_new_array, "_Zna" FW_CXX_SIZE, FW_FORM_NEW_ARRAY)
  * has validated it (FW_PROBING, as free's). */
 #define FW_CXX_DELETE(name, label, params, how, size)                              \
   FW_CXX_EXPORT void name params __asm__(label);                                   \
-  FW_PROBING void name params {                                                    \
-    if (fw_likely(fw_free_try_fast(p))) return;                                    \
-    fw_delete_slow(p, how, size, 0);                                               \
-  }
+  FW_PROBING void name params { FW_DELETE_BODY(how, size, 0) }
 FW_CXX_DELETE(fw_cxx_operator_delete, "_ZdlPv", (void *p), FW_FORM_NEW, 0)
 FW_CXX_DELETE(fw_cxx_operator_delete_array, "_ZdaPv", (void *p), FW_FORM_NEW_ARRAY, 0)
 FW_CXX_DELETE(fw_cxx_operator_delete_sized, "_ZdlPv" FW_CXX_SIZE, (void *p, size_t n),

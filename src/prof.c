@@ -681,14 +681,13 @@ void fw_prof_free(fw_page_t *page, const void *b) {
   } else if (page->prof_side) {
     fw_prof_forget_side(page, fw_prof_side(page, (uintptr_t)b));
   } else {
-    /* most flagged pages hold one sampled block: the other frees from the
-     * page need not look it up */
+    /* the other frees from a page that holds a sample need not look it
+     * up (prof.h) */
+    uint32_t off = (uint32_t)((uintptr_t)b - (uintptr_t)page->area);
+    if (fw_prof_not_sample(page, off)) return;
     uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
-    if (n == 1 && (uintptr_t)b - (uintptr_t)page->area != atomic_load_explicit(&page->sampled_at, memory_order_relaxed))
-      return;
     size_t size = 0;
     int64_t objects = 0;
-    uint32_t off = (uint32_t)((uintptr_t)b - (uintptr_t)page->area);
     fw_page_t *r = fw_prof_slot(page, off);
     uint32_t site = n && r ? fw_prof_slot_take(r, off, &size, &objects) : 0;
     bool table = false;

@@ -69,11 +69,14 @@ FW_INLINE fw_page_t *fw_prof_slot(fw_page_t *page, uint32_t off) {
   return page + 1 + (off / page->block_size) % (page->slices - 1u);
 }
 
-/* For the owner's free of the block at offset off of page (a small or
- * medium page that holds a sample): true if that block is known not to be
- * one, so that its free needs no look-up. A page of one sample knows it
+/* For a free of the block at offset off of page (a small or medium page
+ * that holds a sample), in any thread: true if that block is known not to
+ * be one, so that its free needs no look-up. A page of one sample knows it
  * by its offset; a medium page of several, by the block's slot, unless
- * one of its samples went to the table. */
+ * one of its samples went to the table. (A sample's record and count are
+ * written by the owner before the block is handed out, so whichever thread
+ * frees it sees them; a slot or count changed meanwhile is another
+ * block's.) */
 FW_INLINE bool fw_prof_not_sample(fw_page_t *page, uint32_t off) {
   uint32_t n = atomic_load_explicit(&page->sampled, memory_order_relaxed);
   if (n == 1) return off != atomic_load_explicit(&page->sampled_at, memory_order_relaxed);
