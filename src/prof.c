@@ -669,12 +669,6 @@ void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) { (void)fw_prof_take(
 
 void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, true); }
 
-void fw_prof_account(void *p, size_t size) {
-  fw_heap_t *heap = FW_TLS(fw_tls_heap);
-  if (heap == &fw_heap_empty) return;
-  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
-}
-
 void fw_prof_free(fw_page_t *page, const void *b) {
   if (page->kind == FW_KIND_LARGE) {
     fw_prof_forget_large(page);  /* one block: the record is the page's */

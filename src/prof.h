@@ -25,7 +25,6 @@ FW_HIDDEN void fw_prof_sample(fw_heap_t *heap, void *p, size_t size);
 FW_HIDDEN void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size);
 /* The countdown for an allocation made outside the sampling entry points
  * (calloc, realloc, aligned forms): called only with profiling on. */
-FW_HIDDEN void fw_prof_account(void *p, size_t size);
 /* heap is being destroyed with its blocks: their samples are dropped from
  * the in-use figures. */
 FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);
