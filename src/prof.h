@@ -23,8 +23,6 @@ FW_HIDDEN void fw_prof_sample(fw_heap_t *heap, void *p, size_t size);
  * for one of the heap's page of sampled blocks: returns the block to hand
  * out (a tail call for the entry points). */
 FW_HIDDEN void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size);
-/* The countdown for an allocation made outside the sampling entry points
- * (calloc, realloc, aligned forms): called only with profiling on. */
 /* heap is being destroyed with its blocks: their samples are dropped from
  * the in-use figures. */
 FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);
