@@ -1093,6 +1093,12 @@ class BigChurn(Experiment):
                     ("sys_ms", "system CPU time (ms)", "f1"))
     plot = False
     quick_scale = 0.1
+    # What the run before leaves the kernel decides much of a run's time
+    # here: on a 2-core VM, 5-25 MiB, right after the system allocator
+    # freeway took 28-169 ms (6 tries) and mimalloc v3 31-159 ms (5 tries),
+    # right after one another 28-84 ms. Shuffled orders (run_timed) make that
+    # noise, not bias, and more runs make their median hold.
+    min_reps = 11
 
     def cases(self, binpath, scale, full):
         out = []
