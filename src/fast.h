@@ -72,17 +72,27 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
   return fw_malloc_slow_counted(size, heap);
 }
 /* The allocations that do not go through fw_malloc_fast (calloc, realloc,
- * the aligned forms, user heaps) count down on their way out, inline: a
- * call out to count made fw_heap_malloc keep a stack frame, 32 more
- * instructions per call than the library without the profiler
- * (bench_heapfree under callgrind). The thread's own heap counts, whichever
- * heap the block came from; a thread without a heap yet is not sampled. */
+ * the aligned forms) count down on their way out, inline: a call out to
+ * count made fw_heap_malloc keep a stack frame, 32 more instructions per
+ * call than the library without the profiler (bench_heapfree under
+ * callgrind). The thread's own heap counts; a thread without a heap yet is
+ * not sampled. */
 FW_INLINE void fw_prof_account_fast(void *p, size_t size) {
   fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (fw_unlikely(heap == &fw_heap_empty)) return;
   if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
 }
 #define FW_PROF_ACCOUNT(p, size) fw_prof_account_fast((p), (size))
+/* A user heap's calls (heap_api.c) count down on that heap: only its owner
+ * thread allocates from it, and each heap's countdown is a Poisson process
+ * of the same rate per byte, so their union samples every byte as one
+ * countdown would. It saves the thread-heap load and test: bench_heapfree
+ * --blocks 100000 --rounds 1 under callgrind, fw_heap_malloc 6.80M
+ * instructions counting down on the thread's heap, 6.20M on its own. */
+#define FW_PROF_ACCOUNT_HEAP(heap, p, size)                                   \
+  do {                                                                        \
+    if (fw_unlikely(((heap)->prof_left -= (intptr_t)(size)) < 0)) fw_prof_sample((heap), (p), (size)); \
+  } while (0)
 #else
 FW_INLINE void *fw_malloc_fast(size_t size) {
   void *b = fw_malloc_try_fast(size);
@@ -90,6 +100,7 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
   return fw_malloc_slow(size, FW_TLS(fw_tls_heap));
 }
 #define FW_PROF_ACCOUNT(p, size) ((void)0)
+#define FW_PROF_ACCOUNT_HEAP(heap, p, size) ((void)0)
 #endif
 
 /* operator new's and delete's misses (api.c): cautious mode records the

@@ -69,11 +69,35 @@ void fw_heap_destroy(fw_heap_t *heap) {
   fw_heap_struct_free(heap);
 }
 
-void *fw_heap_malloc(fw_heap_t *heap, size_t size) {
-  if (!fw_heap_owned(heap, "fw_heap_malloc")) return NULL;
-  void *p = fw_heap_malloc_fast(heap, size);
-  FW_PROF_ACCOUNT(p, size);
+/* fw_heap_malloc's hit leaves only by tail calls, as malloc's does, so that
+ * it needs no stack frame: a refusal and a miss are calls of their own.
+ * (bench_heapfree --blocks 100000 --rounds 1 under callgrind: fw_heap_malloc
+ * 5.18M instructions with the frame, 4.58M without; the profiling flavour
+ * 6.20M, and 4.66M with its misses.) */
+static FW_NOINLINE FW_COLD void *fw_heap_malloc_refused(const fw_heap_t *heap) {
+  if (!heap || heap == &fw_heap_empty) errno = EINVAL;
+  else fw_heap_misuse(heap, "fw_heap_malloc");
+  return NULL;
+}
+
+#if FW_PROF_ENTRIES
+static FW_NOINLINE void *fw_heap_malloc_miss(fw_heap_t *heap, size_t size) {
+  void *p = fw_malloc_generic(size, heap);
+  FW_PROF_ACCOUNT_HEAP(heap, p, size);
   return p;
+}
+#endif
+
+void *fw_heap_malloc(fw_heap_t *heap, size_t size) {
+  if (fw_unlikely(!heap || heap == &fw_heap_empty ||
+                  atomic_load_explicit(&heap->thread_id, memory_order_relaxed) != fw_thread_id()))
+    return fw_heap_malloc_refused(heap);
+#if FW_PROF_ENTRIES
+  FW_PROF_HIT(heap, size);
+  return fw_heap_malloc_miss(heap, size);
+#else
+  return fw_heap_malloc_fast(heap, size);
+#endif
 }
 
 void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
@@ -81,7 +105,7 @@ void *fw_heap_calloc(fw_heap_t *heap, size_t count, size_t size) {
   if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
   if (!fw_heap_owned(heap, "fw_heap_calloc")) return NULL;
   void *p = fw_heap_malloc_zero(heap, total, true);
-  FW_PROF_ACCOUNT(p, total);
+  FW_PROF_ACCOUNT_HEAP(heap, p, total);
   return p;
 }
 
@@ -89,14 +113,14 @@ void *fw_heap_realloc(fw_heap_t *heap, void *p, size_t size) {
   if (!fw_heap_owned(heap, "fw_heap_realloc")) return NULL;
   if (p && fw_realloc_fits(p, size)) return p;
   void *q = fw_realloc_ex(heap, p, size);
-  if (q != p) FW_PROF_ACCOUNT(q, size);
+  if (q != p) FW_PROF_ACCOUNT_HEAP(heap, q, size);
   return q;
 }
 
 void *fw_heap_malloc_aligned(fw_heap_t *heap, size_t size, size_t alignment) {
   if (!fw_heap_owned(heap, "fw_heap_malloc_aligned")) return NULL;
   void *p = fw_heap_malloc_aligned_ex(heap, size, alignment, false);
-  FW_PROF_ACCOUNT(p, size);
+  FW_PROF_ACCOUNT_HEAP(heap, p, size);
   return p;
 }
 
