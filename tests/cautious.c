@@ -640,8 +640,34 @@ static void m_under_pad(void) {
   flip(p, -1);
   A.free(p);
 }
+/* The byte before a block is the last of its neighbour's trailer: with its
+ * top bit set, a one-byte underrun of text always changes it (a byte of
+ * the trailer's hash matched such a write in one run in 256 and let it
+ * pass). Every neighbour of many blocks is looked at. */
+static void t_underrun_edge(void) {
+  enum { N = 256 };
+  char *b[N];
+  for (int i = 0; i < N; i++) {
+    b[i] = A.malloc(333);
+    CHECK(b[i] != NULL);
+  }
+  qsort(b, N, sizeof b[0], cmp_ptr);
+  size_t best = SIZE_MAX;
+  for (int i = 1; i < N; i++)
+    if ((size_t)(b[i] - b[i - 1]) < best) best = (size_t)(b[i] - b[i - 1]);
+  int seen = 0;
+  for (int i = 1; i < N; i++) {
+    if ((size_t)(b[i] - b[i - 1]) != best) continue;
+    seen++;
+    CHECKF(((unsigned char)b[i][-1] & 0x80) != 0, "the byte before block %p is 0x%02x: a one-byte underrun of text "
+           "could leave it as it was", (void *)b[i], (unsigned char)b[i][-1]);
+  }
+  CHECKF(seen >= N / 2, "only %d of %d blocks of 333 bytes have a neighbour right before them", seen, N);
+  for (int i = 0; i < N; i++) A.free(b[i]);
+}
 static void t_underrun(void) {
   need_cautious();
+  t_underrun_edge();
   const char *w = "write before the start of the block";
   expect("found by its own free", m_under_free_right, w);
   expect("found by the free of the block before", m_under_free_left, w);
