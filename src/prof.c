@@ -152,21 +152,22 @@ static double fw_ln_series(double u) {
 /* 2^(-j/64) */
 static double fw_exp2_tab[64];
 
-/* The intervals' table (fw_prof_exp_of): bin i of FW_EXP_N, a line from y
- * to y + dy over the bin. */
+/* The intervals' table (fw_exp_of), in bytes (scaled by the rate): bin i
+ * of FW_EXP_N, a line from y to y + dy over the bin, dy by the step of the
+ * place in the bin (2^-24) */
 #define FW_EXP_BITS 8
 #define FW_EXP_N (1u << FW_EXP_BITS)
+#define FW_EXP_PLACE (32 - FW_EXP_BITS)
 static struct {
   double y, dy;
 } fw_exp_tab[FW_EXP_N];
 /* k ln 2, the geometric part's share */
-static double fw_exp_whole[32];
-static bool fw_prof_tables_made;
+static double fw_exp_whole[33];
+static double fw_exp_scale;
 
-static void fw_prof_tables(void) {
-  if (fw_prof_tables_made) return;
+static void fw_prof_tables(double scale) {
   for (int j = 0; j < 64; j++) fw_exp2_tab[j] = fw_exp_series(j * (FW_LN2 / 64));
-  for (int k = 0; k < 32; k++) fw_exp_whole[k] = k * FW_LN2;
+  for (int k = 0; k <= 32; k++) fw_exp_whole[k] = k * FW_LN2 * scale;
   /* Y = -ln(1 - v/2) over the bins of v: each bin's line has the slope of
    * the chord and the bin's exact mean, 2N (w1 ln w1 - w0 ln w0) + 1 with
    * w = 1 - v/2 at the bin's ends (the integral of -ln), so that the
@@ -175,12 +176,12 @@ static void fw_prof_tables(void) {
   for (unsigned i = 0; i < FW_EXP_N; i++) {
     double w1 = 1 - (i + 1) / (2.0 * FW_EXP_N), l1 = fw_ln_series(w1);
     double mean = 2.0 * FW_EXP_N * (w1 * l1 - w0 * l0) + 1;
-    fw_exp_tab[i].dy = l0 - l1;
-    fw_exp_tab[i].y = mean - (l0 - l1) / 2;
+    fw_exp_tab[i].dy = (l0 - l1) * scale * (1.0 / (1u << FW_EXP_PLACE));
+    fw_exp_tab[i].y = (mean - (l0 - l1) / 2) * scale;
     w0 = w1;
     l0 = l1;
   }
-  fw_prof_tables_made = true;
+  fw_exp_scale = scale;
 }
 
 /* e^-x for x >= 0: x = (64 k + j) ln 2 / 64 + r, with r below ln 2 / 64,
@@ -239,9 +240,9 @@ FW_INLINE uint64_t fw_xorshift(uint64_t x) {
  * (callgrind, bench_objects --threads 1 --total 12000 --size 1048576 under
  * build/libfreeway-prof.so, FREEWAY_PROFILE=1 minus 0, by the samples). */
 FW_INLINE double fw_exp_of(uint64_t x) {
-  unsigned i = (unsigned)(x >> (64 - FW_EXP_BITS));
-  double f = (double)(int64_t)((x >> 32) & ((1u << (32 - FW_EXP_BITS)) - 1)) * (1.0 / (1u << (32 - FW_EXP_BITS)));
-  return fw_exp_whole[__builtin_ctz((uint32_t)x)] + fw_exp_tab[i].y + f * fw_exp_tab[i].dy;
+  size_t i = (size_t)(x >> (64 - FW_EXP_BITS));
+  double place = (double)(int64_t)((x >> 32) & ((1u << FW_EXP_PLACE) - 1));
+  return fw_exp_whole[__builtin_ctz((uint32_t)x)] + fw_exp_tab[i].y + place * fw_exp_tab[i].dy;
 }
 
 static FW_NOINLINE double fw_exp_draw_more(uint64_t *state);
@@ -253,17 +254,22 @@ FW_INLINE double fw_exp_draw(uint64_t *state) {
 }
 
 /* 32 zeros: G is at least 32, and the rest as many again as a new draw
- * (P(G = 32 + k | G >= 32) = P(G = k)) */
-static FW_NOINLINE double fw_exp_draw_more(uint64_t *state) { return 32 * FW_LN2 + fw_exp_draw(state); }
+ * (P(G = 32 + k | G >= 32) = P(G = k)). Only here can a draw pass
+ * 32 ln 2 times the rate (2^35 bytes at most): it stops at INTPTR_MAX / 2. */
+static FW_NOINLINE double fw_exp_draw_more(uint64_t *state) {
+  double n = fw_exp_whole[32] + fw_exp_draw(state);
+  return n < (double)(INTPTR_MAX / 2) ? n : (double)(INTPTR_MAX / 2);
+}
 
+/* (for the tests: in means, without the rate, whatever the process's) */
 double fw_prof_exp_of(uint64_t x) {
-  fw_prof_tables();
-  return fw_exp_of(x);
+  if (!fw_exp_scale) fw_prof_tables(1);
+  return fw_exp_of(x) / fw_exp_scale;
 }
 
 double fw_prof_exp_draw(uint64_t *state) {
-  fw_prof_tables();
-  return fw_exp_draw(state);
+  if (!fw_exp_scale) fw_prof_tables(1);
+  return fw_exp_draw(state) / fw_exp_scale;
 }
 
 /* A heap's first random state. */
@@ -278,8 +284,11 @@ FW_INLINE intptr_t fw_prof_interval(fw_heap_t *heap) {
   if (fw_unlikely(!heap->rng)) heap->rng = fw_prof_rng_first();
   /* (the first bin's line starts 1.3e-6 below 0: an interval that far
    * below 0 samples the next allocation, as one of 0 would) */
-  double n = fw_exp_draw(&heap->rng) * fw_prof_rate;
+  double n = fw_exp_draw(&heap->rng);
+  /* (below 32 ln 2 times the rate, 2^35 bytes, but for fw_exp_draw_more's) */
+#if INTPTR_MAX < INT64_MAX
   if (n > (double)(INTPTR_MAX / 2)) n = (double)(INTPTR_MAX / 2);
+#endif
   return (intptr_t)n;
 }
 
@@ -312,12 +321,24 @@ static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
   return c->memo[i].objects;
 }
 
-/* The bytes a sample stands for. Worked out from what its record keeps,
- * by one copy of the code (not inlined), so that the sample and its free,
- * in any thread, round them the same way and the in-use bytes come back
- * to exactly 0. */
-static FW_NOINLINE int64_t fw_prof_space(int64_t objects, size_t size) {
-  return (int64_t)((double)objects * (double)(size ? size : 1) * (1.0 / (1 << FW_OBJ_SHIFT)) + 0.5);
+/* The bytes a sample stands for, objects * size rounded, worked out from
+ * what its record keeps so that the sample and its free, in any thread,
+ * find the same and the in-use bytes come back to exactly 0. In integers,
+ * so that every inlined copy rounds alike (a product of doubles may be
+ * contracted differently in each): 12 instructions and a call in doubles,
+ * made twice per sample, 7 inline. */
+FW_INLINE int64_t fw_prof_space(int64_t objects, size_t size) {
+  uint64_t s = size ? size : 1;
+#ifdef __SIZEOF_INT128__
+  return (int64_t)(((unsigned __int128)(uint64_t)objects * s + (1u << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT);
+#elif SIZE_MAX <= UINT32_MAX
+  /* size_t of 32 bits: the low part's product fits */
+  uint64_t o = (uint64_t)objects;
+  return (int64_t)((o >> FW_OBJ_SHIFT) * s +
+                   (((o & ((1u << FW_OBJ_SHIFT) - 1)) * s + (1u << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT));
+#else
+#error "fw_prof_space needs a 128-bit product or a 32-bit size_t"
+#endif
 }
 
 static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t);
@@ -332,7 +353,7 @@ void fw_prof_init(void) {
                "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
   fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
   if (!fw_prof_on) return;
-  fw_prof_tables();
+  fw_prof_tables(fw_prof_rate);
   fw_os_random(&fw_prof_seed, sizeof fw_prof_seed);
   /* the index and the first sites' chunk now, not under the lock at the
    * first sample, where the threads that start at once would wait on the
@@ -356,20 +377,23 @@ void fw_prof_cache_reset(void *cache) {
 
 /* The calling thread's cache, made at its first sample; NULL without
  * memory. */
-static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
-  fw_tld_t *tld = heap->tld;
-  fw_prof_cache_t *c = tld->prof_cache;
-  if (fw_likely(c != NULL)) return c;
+static FW_NOINLINE fw_prof_cache_t *fw_prof_cache_new(fw_tld_t *tld) {
   /* from the allocator's metadata (zeroed, never given back, as the cache
    * stays with the thread data): threads that start at once would each
    * map one, and wait on each other in the OS */
-  c = fw_meta_alloc(sizeof *c);
+  fw_prof_cache_t *c = fw_meta_alloc(sizeof *c);
   if (!c) return NULL;
   /* a write first: the memo's test would read the fresh page as zeros
    * (the OS's shared zero page, a fault) before writing it (another) */
   c->walks.valid = 0;
   tld->prof_cache = c;
   return c;
+}
+
+FW_INLINE fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
+  fw_prof_cache_t *c = heap->tld->prof_cache;
+  if (fw_likely(c != NULL)) return c;
+  return fw_prof_cache_new(heap->tld);
 }
 
 /* ---- the sites ------------------------------------------------------------------
@@ -462,15 +486,19 @@ static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
 
 /* The site of the caller's stack (the one that allocated), 0 without
  * memory. */
-static uint32_t fw_prof_site_here(fw_prof_cache_t *c) {
-  fw_bt_walk_t *w = c ? fw_check_stack_cached(&c->walks) : NULL;
-  if (w) {
-    if (!w->tag) w->tag = fw_site_of(w->pcs, w->npcs);
-    return w->tag;
-  }
+/* The walk without the cache (none, or the quick walk cannot step), out
+ * of the sample's way: its array would give every sample a stack frame. */
+static FW_NOINLINE uint32_t fw_prof_site_walked(void) {
   uintptr_t pcs[FW_PROF_FRAMES];
   size_t n = fw_check_stack(pcs, FW_PROF_FRAMES);
   return fw_site_of(pcs, n);
+}
+
+FW_INLINE uint32_t fw_prof_site_here(fw_prof_cache_t *c) {
+  fw_bt_walk_t *w = c ? fw_check_stack_cached(&c->walks) : NULL;
+  if (fw_unlikely(!w)) return fw_prof_site_walked();
+  if (fw_unlikely(!w->tag)) w->tag = fw_site_of(w->pcs, w->npcs);
+  return w->tag;
 }
 
 /* ---- the table of samples in ordinary pages ---------------------------------------- */
@@ -583,7 +611,7 @@ static void fw_prof_dump_growth(unsigned n) {
   if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
 }
 
-static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
+FW_INLINE void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
   int64_t space = fw_prof_space(objects, size);
   fw_site_t *st = fw_site_at(site);
   atomic_fetch_add_explicit(&st->freed_objects, objects, memory_order_relaxed);
@@ -593,7 +621,7 @@ static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
 
 /* A large block's sample, kept in its page descriptor: forgotten if it
  * has one. */
-static void fw_prof_forget_large(fw_page_t *page) {
+FW_INLINE void fw_prof_forget_large(fw_page_t *page) {
   if (!atomic_load_explicit(&page->sampled, memory_order_relaxed)) return;
   atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
   fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size, page->prof_objects);
@@ -609,37 +637,55 @@ static void fw_prof_forget_side(fw_page_t *page, fw_side_t *r) {
   fw_prof_uncount(page, false);
 }
 
-static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
-  if (!p || heap == &fw_heap_empty) return;
+/* The record of a sample in a small or medium page (a large one's is its
+ * page descriptor's): false if it could not be kept. */
+static FW_NOINLINE bool fw_prof_record_block(fw_page_t *page, void *p, uint32_t site, size_t size,
+                                             int64_t objects) {
+  uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
+  uint32_t off = (uint32_t)(block - (uintptr_t)page->area);
+  fw_page_t *r = fw_prof_slot(page, off);
+  bool table = false;
+  if (page->prof_side) {
+    *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
+  } else if (r && !atomic_load_explicit(&r->sampled, memory_order_relaxed)) {
+    r->prof_size = size;
+    r->prof_objects = objects;
+    atomic_store_explicit(&r->sampled_at, off, memory_order_relaxed);
+    atomic_store_explicit(&r->sampled, site, memory_order_release);
+  } else if (fw_prof_table_put(block, site, size, objects)) {
+    table = r != NULL;
+  } else {
+    return false;
+  }
+  fw_prof_count(page, off, table);
+  return true;
+}
+
+static FW_NOINLINE void fw_prof_grown(int64_t space) {
+  int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
+  int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
+  if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
+                                                             memory_order_relaxed, memory_order_relaxed))
+    fw_prof_dump_growth(atomic_fetch_add_explicit(&fw_prof_dumps, 1, memory_order_relaxed) + 1);
+}
+
+/* What only a sample does is out of line (the cache's making, the walk
+ * without it, a new site, a block's record, the growth profiles), so that
+ * a sample of a large block from a stack seen before, the most frequent
+ * kind, keeps few registers and no stack array. */
+FW_INLINE void fw_prof_record(fw_heap_t *heap, fw_page_t *page, void *p, size_t size) {
   fw_prof_cache_t *c = fw_prof_cache_of(heap);
   uint32_t site = fw_prof_site_here(c);
   if (!site) return;
   int64_t objects = c ? fw_prof_weigh(c, size) : fw_prof_weight(size);
-  fw_page_t *page = fw_ptr_page(p);
   /* the page is the caller's: it was just allocated from */
   if (page->kind == FW_KIND_LARGE) {
     page->prof_size = size;
     page->prof_objects = objects;
     atomic_store_explicit(&page->sampled_at, site, memory_order_relaxed);
     atomic_store_explicit(&page->sampled, 1, memory_order_relaxed);
-  } else {
-    uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
-    uint32_t off = (uint32_t)(block - (uintptr_t)page->area);
-    fw_page_t *r = fw_prof_slot(page, off);
-    bool table = false;
-    if (page->prof_side) {
-      *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
-    } else if (r && !atomic_load_explicit(&r->sampled, memory_order_relaxed)) {
-      r->prof_size = size;
-      r->prof_objects = objects;
-      atomic_store_explicit(&r->sampled_at, off, memory_order_relaxed);
-      atomic_store_explicit(&r->sampled, site, memory_order_release);
-    } else if (fw_prof_table_put(block, site, size, objects)) {
-      table = r != NULL;
-    } else {
-      return;
-    }
-    fw_prof_count(page, off, table);
+  } else if (!fw_prof_record_block(page, p, site, size, objects)) {
+    return;
   }
   /* the page's frees now come here: the flag fails the free fast path */
   if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
@@ -647,13 +693,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   fw_site_t *st = fw_site_at(site);
   atomic_fetch_add_explicit(&st->alloc_objects, objects, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->alloc_space, space, memory_order_relaxed);
-  if (fw_prof_growth) {
-    int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
-    int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
-    if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
-                                                               memory_order_relaxed, memory_order_relaxed))
-      fw_prof_dump_growth(atomic_fetch_add_explicit(&fw_prof_dumps, 1, memory_order_relaxed) + 1);
-  }
+  if (fw_prof_growth) fw_prof_grown(space);
 }
 
 /* A sampled small block is handed out from the heap's page of sampled
@@ -692,13 +732,15 @@ static FW_NOINLINE void *fw_prof_move_to(fw_heap_t *heap, fw_page_t *page, void 
   return b;
 }
 
-FW_INLINE void *fw_prof_move(fw_heap_t *heap, void *p) {
-  if (!p) return p;
-  fw_page_t *page = fw_ptr_page(p);
-  if (page->kind != FW_KIND_SMALL || fw_page_flags(page) != 0 ||
-      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
+/* p's block, or the one it is traded for; *page its page, updated. */
+FW_INLINE void *fw_prof_move(fw_heap_t *heap, fw_page_t **page, void *p) {
+  fw_page_t *pg = *page;
+  if (pg->kind != FW_KIND_SMALL || fw_page_flags(pg) != 0 ||
+      atomic_load_explicit(&pg->heap, memory_order_relaxed) != heap)
     return p;
-  return fw_prof_move_to(heap, page, p);
+  p = fw_prof_move_to(heap, pg, p);
+  *page = fw_ptr_page(p);
+  return p;
 }
 
 static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
@@ -713,8 +755,10 @@ static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
     if (heap->prof_left >= 0) return p;
   }
   heap->prof_left = fw_prof_interval(heap);
-  if (movable) p = fw_prof_move(heap, p);
-  fw_prof_record(heap, p, size);
+  if (!p) return p;
+  fw_page_t *page = fw_ptr_page(p);
+  if (movable) p = fw_prof_move(heap, &page, p);
+  fw_prof_record(heap, page, p, size);
   return p;
 }
 
@@ -722,10 +766,17 @@ void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) { (void)fw_prof_take(
 
 void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, true); }
 
-void fw_prof_free(fw_page_t *page, const void *b) {
-  if (page->kind == FW_KIND_LARGE) {
-    fw_prof_forget_large(page);  /* one block: the record is the page's */
-  } else if (page->prof_side) {
+/* Only the owner changes the page's flags. */
+FW_INLINE void fw_prof_unflag(fw_page_t *page) {
+  if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&
+      atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
+    fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_SAMPLED);
+}
+
+/* fw_prof_free of a small or medium page's block: out of the large
+ * block's way, whose free then keeps no registers of its own. */
+static FW_NOINLINE void fw_prof_free_block(fw_page_t *page, const void *b) {
+  if (page->prof_side) {
     fw_prof_forget_side(page, fw_prof_side(page, (uintptr_t)b));
   } else {
     /* the other frees from a page that holds a sample need not look it
@@ -747,9 +798,17 @@ void fw_prof_free(fw_page_t *page, const void *b) {
       fw_prof_uncount(page, table);
     }
   }
-  /* only the owner changes the page's flags */
-  if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&
-      atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
+  fw_prof_unflag(page);
+}
+
+void fw_prof_free(fw_page_t *page, const void *b) {
+  if (page->kind != FW_KIND_LARGE) {
+    fw_prof_free_block(page, b);
+    return;
+  }
+  fw_prof_forget_large(page);  /* one block: the record is the page's */
+  /* and none is left (fw_prof_unflag without the count, 0 now) */
+  if (atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
     fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_SAMPLED);
 }
 
