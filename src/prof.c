@@ -137,27 +137,56 @@ static double fw_exp_series(double x) {
   }
   return sum;
 }
-/* ln u for u in (1/2, 1], 2 atanh(z) with z = (u - 1) / (u + 1) (|z| <
- * 1/5: converged to 1e-16 after twenty terms). */
+/* ln u for u in [1/2, 1], 2 atanh(z) with z = (u - 1) / (u + 1) (|z| <=
+ * 1/3), to the term that no longer counts: the intervals' table takes the
+ * logarithm of each of its 256 steps from the one before, ln(w1 / w0) with
+ * z near 1/1024, three terms (twenty terms each cost 50,000 instructions at
+ * start). */
 static double fw_ln_series(double u) {
   double z = (u - 1) / (u + 1), z2 = z * z, term = z, sum = 0;
-  for (int i = 0; i < 20; i++) {
-    sum += term / (2 * i + 1);
+  for (int i = 0; i < 30; i++) {
+    double t = term / (2 * i + 1);
+    if (sum + t == sum) break;
+    sum += t;
     term *= z2;
   }
   return 2 * sum;
 }
 
 #define FW_LN2 0.6931471805599453
-/* 2^(-j/64); 1 / (1 + (j + 1/2) / 64) and minus its logarithm */
-static double fw_exp2_tab[64], fw_ln_inv[64], fw_ln_log[64];
+/* 2^(-j/64) */
+static double fw_exp2_tab[64];
 
-static void fw_prof_tables(void) {
-  for (int j = 0; j < 64; j++) {
-    fw_exp2_tab[j] = fw_exp_series(j * (FW_LN2 / 64));
-    fw_ln_inv[j] = 1 / (1 + (j + 0.5) / 64);
-    fw_ln_log[j] = -fw_ln_series(fw_ln_inv[j]);
+/* The intervals' table (fw_exp_of), in bytes (scaled by the rate): bin i
+ * of FW_EXP_N, a line from y to y + dy over the bin, dy by the step of the
+ * place in the bin (2^-24) */
+#define FW_EXP_BITS 8
+#define FW_EXP_N (1u << FW_EXP_BITS)
+#define FW_EXP_PLACE (32 - FW_EXP_BITS)
+static struct {
+  double y, dy;
+} fw_exp_tab[FW_EXP_N];
+/* k ln 2, the geometric part's share */
+static double fw_exp_whole[33];
+static double fw_exp_scale;
+
+static void fw_prof_tables(double scale) {
+  for (int j = 0; j < 64; j++) fw_exp2_tab[j] = fw_exp_series(j * (FW_LN2 / 64));
+  for (int k = 0; k <= 32; k++) fw_exp_whole[k] = k * FW_LN2 * scale;
+  /* Y = -ln(1 - v/2) over the bins of v: each bin's line has the slope of
+   * the chord and the bin's exact mean, 2N (w1 ln w1 - w0 ln w0) + 1 with
+   * w = 1 - v/2 at the bin's ends (the integral of -ln), so that the
+   * draws' mean is exact, not the chords' (above it: -ln is convex) */
+  double w0 = 1, l0 = 0;
+  for (unsigned i = 0; i < FW_EXP_N; i++) {
+    double w1 = 1 - (i + 1) / (2.0 * FW_EXP_N), l1 = l0 + fw_ln_series(w1 / w0);
+    double mean = 2.0 * FW_EXP_N * (w1 * l1 - w0 * l0) + 1;
+    fw_exp_tab[i].dy = (l0 - l1) * scale * (1.0 / (1u << FW_EXP_PLACE));
+    fw_exp_tab[i].y = (mean - (l0 - l1) / 2) * scale;
+    w0 = w1;
+    l0 = l1;
   }
+  fw_exp_scale = scale;
 }
 
 /* e^-x for x >= 0: x = (64 k + j) ln 2 / 64 + r, with r below ln 2 / 64,
@@ -174,22 +203,6 @@ static double fw_exp_neg(double x) {
   } p2 = {.b = (uint64_t)(1023 - (i >> 6)) << 52};
   return p2.d * fw_exp2_tab[i & 63] * e;
 }
-/* ln u for u in (0, 1]: the exponent's share, the table's for the first
- * six bits of the mantissa m, and the series of ln(1 + r) for the rest,
- * r = m / c - 1 with |r| < 1/128: good to 1e-13. */
-static double fw_ln(double u) {
-  union {
-    double d;
-    uint64_t b;
-  } v = {u};
-  int e = (int)((v.b >> 52) & 0x7ff) - 1023;
-  unsigned j = (unsigned)(v.b >> 46) & 63;
-  v.b = (v.b & ~((uint64_t)0x7ff << 52)) | ((uint64_t)1023 << 52);
-  double r = v.d * fw_ln_inv[j] - 1;
-  double l = r * (1 - r * (0.5 - r * (1.0 / 3 - r * (0.25 - r * 0.2))));
-  return e * FW_LN2 + fw_ln_log[j] + l;
-}
-
 /* A heap's first interval needs a seed of its own. A system call at each
  * thread's first allocation would cost more than its first sample: the
  * OS's randomness is drawn once (fw_prof_init), and each heap's seed is
@@ -207,26 +220,80 @@ static uint64_t fw_prof_seed_next(void) {
   return z ^ (z >> 31);
 }
 
-static uint64_t fw_prof_rand(fw_heap_t *heap) {
-  uint64_t x = heap->rng;
-  if (!x) {
-    if (fw_secure) fw_os_random(&x, sizeof x);
-    else x = fw_prof_seed_next();
-  }
-  if (!x) x = 0x9e3779b97f4a7c15u;
+/* xorshift64, of a state not 0 (never 0 after) */
+FW_INLINE uint64_t fw_xorshift(uint64_t x) {
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;
-  heap->rng = x;
   return x;
 }
 
-/* Bytes to the next sample: exponential with mean RATE. */
-static intptr_t fw_prof_interval(fw_heap_t *heap) {
-  /* (0, 1]: 53 random bits and a multiply by 2^-53 (no division) */
-  double u = ((double)(fw_prof_rand(heap) >> 11) + 1) * (1.0 / 9007199254740992.0);
-  double n = -fw_ln(u) * fw_prof_rate;
+/* Bytes to the next sample: exponential with mean RATE, without a
+ * logarithm. An exponential X of mean 1 is G ln 2 + Y, G = floor(X / ln 2)
+ * and Y the rest, independent of each other: G is geometric, P(G = k) =
+ * 2^-(k+1), the number of trailing zeros of random bits; Y has the density
+ * 2 e^-y on [0, ln 2), so Y = -ln(1 - v/2) for v uniform in [0, 1), a
+ * smooth function (its second derivative in v is at most 1) that a table
+ * of 256 lines gives to within 1.3e-6 of the mean at any v, under a byte
+ * at the default rate (each line has the chord's slope and its bin's exact
+ * mean, fw_prof_tables, so the draws' mean is exact). tests/internal/
+ * prof.c checks the lines against the logarithm, and the draws' mean,
+ * variance and quantiles. G takes the low 32 bits of a random word (all 0:
+ * 32 more, and the next word), the bin the top 8, the place in the bin the
+ * 24 between. The logarithm it replaces cost 67 instructions per sample
+ * with its call, this about 40 inline: 408 -> 381 instructions per sample
+ * (callgrind, bench_objects --threads 1 --total 12000 --size 1048576 under
+ * build/libfreeway-prof.so, FREEWAY_PROFILE=1 minus 0, by the samples). */
+FW_INLINE double fw_exp_of(uint64_t x) {
+  size_t i = (size_t)(x >> (64 - FW_EXP_BITS));
+  double place = (double)(int64_t)((x >> 32) & ((1u << FW_EXP_PLACE) - 1));
+  return fw_exp_whole[__builtin_ctz((uint32_t)x)] + fw_exp_tab[i].y + place * fw_exp_tab[i].dy;
+}
+
+static FW_NOINLINE double fw_exp_draw_more(uint64_t *state);
+
+FW_INLINE double fw_exp_draw(uint64_t *state) {
+  uint64_t x = *state = fw_xorshift(*state);
+  if (fw_unlikely((uint32_t)x == 0)) return fw_exp_draw_more(state);
+  return fw_exp_of(x);
+}
+
+/* 32 zeros: G is at least 32, and the rest as many again as a new draw
+ * (P(G = 32 + k | G >= 32) = P(G = k)). Only here can a draw pass
+ * 32 ln 2 times the rate (2^35 bytes at most): it stops at INTPTR_MAX / 2. */
+static FW_NOINLINE double fw_exp_draw_more(uint64_t *state) {
+  double n = fw_exp_whole[32] + fw_exp_draw(state);
+  return n < (double)(INTPTR_MAX / 2) ? n : (double)(INTPTR_MAX / 2);
+}
+
+/* (for the tests: in means, without the rate, whatever the process's) */
+double fw_prof_exp_of(uint64_t x) {
+  if (!fw_exp_scale) fw_prof_tables(1);
+  return fw_exp_of(x) / fw_exp_scale;
+}
+
+double fw_prof_exp_draw(uint64_t *state) {
+  if (!fw_exp_scale) fw_prof_tables(1);
+  return fw_exp_draw(state) / fw_exp_scale;
+}
+
+/* A heap's first random state. */
+static FW_NOINLINE uint64_t fw_prof_rng_first(void) {
+  uint64_t x = 0;
+  if (fw_secure) fw_os_random(&x, sizeof x);
+  else x = fw_prof_seed_next();
+  return x ? x : 0x9e3779b97f4a7c15u;
+}
+
+FW_INLINE intptr_t fw_prof_interval(fw_heap_t *heap) {
+  if (fw_unlikely(!heap->rng)) heap->rng = fw_prof_rng_first();
+  /* (the first bin's line starts 1.3e-6 below 0: an interval that far
+   * below 0 samples the next allocation, as one of 0 would) */
+  double n = fw_exp_draw(&heap->rng);
+  /* (below 32 ln 2 times the rate, 2^35 bytes, but for fw_exp_draw_more's) */
+#if INTPTR_MAX < INT64_MAX
   if (n > (double)(INTPTR_MAX / 2)) n = (double)(INTPTR_MAX / 2);
+#endif
   return (intptr_t)n;
 }
 
@@ -259,12 +326,24 @@ static int64_t fw_prof_weigh(fw_prof_cache_t *c, size_t size) {
   return c->memo[i].objects;
 }
 
-/* The bytes a sample stands for. Worked out from what its record keeps,
- * by one copy of the code (not inlined), so that the sample and its free,
- * in any thread, round them the same way and the in-use bytes come back
- * to exactly 0. */
-static FW_NOINLINE int64_t fw_prof_space(int64_t objects, size_t size) {
-  return (int64_t)((double)objects * (double)(size ? size : 1) * (1.0 / (1 << FW_OBJ_SHIFT)) + 0.5);
+/* The bytes a sample stands for, objects * size rounded, worked out from
+ * what its record keeps so that the sample and its free, in any thread,
+ * find the same and the in-use bytes come back to exactly 0. In integers,
+ * so that every inlined copy rounds alike (a product of doubles may be
+ * contracted differently in each): 12 instructions and a call in doubles,
+ * made twice per sample, 7 inline. */
+FW_INLINE int64_t fw_prof_space(int64_t objects, size_t size) {
+  uint64_t s = size ? size : 1;
+#ifdef __SIZEOF_INT128__
+  return (int64_t)(((unsigned __int128)(uint64_t)objects * s + (1u << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT);
+#elif SIZE_MAX <= UINT32_MAX
+  /* size_t of 32 bits: the low part's product fits */
+  uint64_t o = (uint64_t)objects;
+  return (int64_t)((o >> FW_OBJ_SHIFT) * s +
+                   (((o & ((1u << FW_OBJ_SHIFT) - 1)) * s + (1u << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT));
+#else
+#error "fw_prof_space needs a 128-bit product or a 32-bit size_t"
+#endif
 }
 
 static fw_site_table_t *fw_site_table_grow(fw_site_table_t *t);
@@ -279,7 +358,7 @@ void fw_prof_init(void) {
                "in its entry points; `freeway run --profile` loads it): no profile is taken\n");
   fw_prof_on = fw_opt(PROFILE) && fw_flavour_profiling;
   if (!fw_prof_on) return;
-  fw_prof_tables();
+  fw_prof_tables(fw_prof_rate);
   fw_os_random(&fw_prof_seed, sizeof fw_prof_seed);
   /* the index and the first sites' chunk now, not under the lock at the
    * first sample, where the threads that start at once would wait on the
@@ -303,20 +382,23 @@ void fw_prof_cache_reset(void *cache) {
 
 /* The calling thread's cache, made at its first sample; NULL without
  * memory. */
-static fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
-  fw_tld_t *tld = heap->tld;
-  fw_prof_cache_t *c = tld->prof_cache;
-  if (fw_likely(c != NULL)) return c;
+static FW_NOINLINE fw_prof_cache_t *fw_prof_cache_new(fw_tld_t *tld) {
   /* from the allocator's metadata (zeroed, never given back, as the cache
    * stays with the thread data): threads that start at once would each
    * map one, and wait on each other in the OS */
-  c = fw_meta_alloc(sizeof *c);
+  fw_prof_cache_t *c = fw_meta_alloc(sizeof *c);
   if (!c) return NULL;
   /* a write first: the memo's test would read the fresh page as zeros
    * (the OS's shared zero page, a fault) before writing it (another) */
   c->walks.valid = 0;
   tld->prof_cache = c;
   return c;
+}
+
+FW_INLINE fw_prof_cache_t *fw_prof_cache_of(fw_heap_t *heap) {
+  fw_prof_cache_t *c = heap->tld->prof_cache;
+  if (fw_likely(c != NULL)) return c;
+  return fw_prof_cache_new(heap->tld);
 }
 
 /* ---- the sites ------------------------------------------------------------------
@@ -409,15 +491,19 @@ static uint32_t fw_site_of(const uintptr_t *pcs, size_t n) {
 
 /* The site of the caller's stack (the one that allocated), 0 without
  * memory. */
-static uint32_t fw_prof_site_here(fw_prof_cache_t *c) {
-  fw_bt_walk_t *w = c ? fw_check_stack_cached(&c->walks) : NULL;
-  if (w) {
-    if (!w->tag) w->tag = fw_site_of(w->pcs, w->npcs);
-    return w->tag;
-  }
+/* The walk without the cache (none, or the quick walk cannot step), out
+ * of the sample's way: its array would give every sample a stack frame. */
+static FW_NOINLINE uint32_t fw_prof_site_walked(void) {
   uintptr_t pcs[FW_PROF_FRAMES];
   size_t n = fw_check_stack(pcs, FW_PROF_FRAMES);
   return fw_site_of(pcs, n);
+}
+
+FW_INLINE uint32_t fw_prof_site_here(fw_prof_cache_t *c) {
+  fw_bt_walk_t *w = c ? fw_check_stack_cached(&c->walks) : NULL;
+  if (fw_unlikely(!w)) return fw_prof_site_walked();
+  if (fw_unlikely(!w->tag)) w->tag = fw_site_of(w->pcs, w->npcs);
+  return w->tag;
 }
 
 /* ---- the table of samples in ordinary pages ---------------------------------------- */
@@ -530,7 +616,7 @@ static void fw_prof_dump_growth(unsigned n) {
   if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
 }
 
-static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
+FW_INLINE void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
   int64_t space = fw_prof_space(objects, size);
   fw_site_t *st = fw_site_at(site);
   atomic_fetch_add_explicit(&st->freed_objects, objects, memory_order_relaxed);
@@ -540,7 +626,7 @@ static void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
 
 /* A large block's sample, kept in its page descriptor: forgotten if it
  * has one. */
-static void fw_prof_forget_large(fw_page_t *page) {
+FW_INLINE void fw_prof_forget_large(fw_page_t *page) {
   if (!atomic_load_explicit(&page->sampled, memory_order_relaxed)) return;
   atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
   fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size, page->prof_objects);
@@ -556,37 +642,55 @@ static void fw_prof_forget_side(fw_page_t *page, fw_side_t *r) {
   fw_prof_uncount(page, false);
 }
 
-static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
-  if (!p || heap == &fw_heap_empty) return;
+/* The record of a sample in a small or medium page (a large one's is its
+ * page descriptor's): false if it could not be kept. */
+static FW_NOINLINE bool fw_prof_record_block(fw_page_t *page, void *p, uint32_t site, size_t size,
+                                             int64_t objects) {
+  uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
+  uint32_t off = (uint32_t)(block - (uintptr_t)page->area);
+  fw_page_t *r = fw_prof_slot(page, off);
+  bool table = false;
+  if (page->prof_side) {
+    *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
+  } else if (r && !atomic_load_explicit(&r->sampled, memory_order_relaxed)) {
+    r->prof_size = size;
+    r->prof_objects = objects;
+    atomic_store_explicit(&r->sampled_at, off, memory_order_relaxed);
+    atomic_store_explicit(&r->sampled, site, memory_order_release);
+  } else if (fw_prof_table_put(block, site, size, objects)) {
+    table = r != NULL;
+  } else {
+    return false;
+  }
+  fw_prof_count(page, off, table);
+  return true;
+}
+
+static FW_NOINLINE void fw_prof_grown(int64_t space) {
+  int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
+  int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
+  if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
+                                                             memory_order_relaxed, memory_order_relaxed))
+    fw_prof_dump_growth(atomic_fetch_add_explicit(&fw_prof_dumps, 1, memory_order_relaxed) + 1);
+}
+
+/* What only a sample does is out of line (the cache's making, the walk
+ * without it, a new site, a block's record, the growth profiles), so that
+ * a sample of a large block from a stack seen before, the most frequent
+ * kind, keeps few registers and no stack array. */
+FW_INLINE void fw_prof_record(fw_heap_t *heap, fw_page_t *page, void *p, size_t size) {
   fw_prof_cache_t *c = fw_prof_cache_of(heap);
   uint32_t site = fw_prof_site_here(c);
   if (!site) return;
   int64_t objects = c ? fw_prof_weigh(c, size) : fw_prof_weight(size);
-  fw_page_t *page = fw_ptr_page(p);
   /* the page is the caller's: it was just allocated from */
   if (page->kind == FW_KIND_LARGE) {
     page->prof_size = size;
     page->prof_objects = objects;
     atomic_store_explicit(&page->sampled_at, site, memory_order_relaxed);
     atomic_store_explicit(&page->sampled, 1, memory_order_relaxed);
-  } else {
-    uintptr_t block = (uintptr_t)fw_page_block_start(page, p);
-    uint32_t off = (uint32_t)(block - (uintptr_t)page->area);
-    fw_page_t *r = fw_prof_slot(page, off);
-    bool table = false;
-    if (page->prof_side) {
-      *fw_prof_side(page, block) = (fw_side_t){site, (uint32_t)size, objects};
-    } else if (r && !atomic_load_explicit(&r->sampled, memory_order_relaxed)) {
-      r->prof_size = size;
-      r->prof_objects = objects;
-      atomic_store_explicit(&r->sampled_at, off, memory_order_relaxed);
-      atomic_store_explicit(&r->sampled, site, memory_order_release);
-    } else if (fw_prof_table_put(block, site, size, objects)) {
-      table = r != NULL;
-    } else {
-      return;
-    }
-    fw_prof_count(page, off, table);
+  } else if (!fw_prof_record_block(page, p, site, size, objects)) {
+    return;
   }
   /* the page's frees now come here: the flag fails the free fast path */
   if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
@@ -594,13 +698,7 @@ static void fw_prof_record(fw_heap_t *heap, void *p, size_t size) {
   fw_site_t *st = fw_site_at(site);
   atomic_fetch_add_explicit(&st->alloc_objects, objects, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->alloc_space, space, memory_order_relaxed);
-  if (fw_prof_growth) {
-    int64_t now = atomic_fetch_add_explicit(&fw_prof_inuse, space, memory_order_relaxed) + space;
-    int64_t next = atomic_load_explicit(&fw_prof_next_dump, memory_order_relaxed);
-    if (now >= next && atomic_compare_exchange_strong_explicit(&fw_prof_next_dump, &next, now + fw_prof_growth,
-                                                               memory_order_relaxed, memory_order_relaxed))
-      fw_prof_dump_growth(atomic_fetch_add_explicit(&fw_prof_dumps, 1, memory_order_relaxed) + 1);
-  }
+  if (fw_prof_growth) fw_prof_grown(space);
 }
 
 /* A sampled small block is handed out from the heap's page of sampled
@@ -639,13 +737,15 @@ static FW_NOINLINE void *fw_prof_move_to(fw_heap_t *heap, fw_page_t *page, void 
   return b;
 }
 
-FW_INLINE void *fw_prof_move(fw_heap_t *heap, void *p) {
-  if (!p) return p;
-  fw_page_t *page = fw_ptr_page(p);
-  if (page->kind != FW_KIND_SMALL || fw_page_flags(page) != 0 ||
-      atomic_load_explicit(&page->heap, memory_order_relaxed) != heap)
+/* p's block, or the one it is traded for; *page its page, updated. */
+FW_INLINE void *fw_prof_move(fw_heap_t *heap, fw_page_t **page, void *p) {
+  fw_page_t *pg = *page;
+  if (pg->kind != FW_KIND_SMALL || fw_page_flags(pg) != 0 ||
+      atomic_load_explicit(&pg->heap, memory_order_relaxed) != heap)
     return p;
-  return fw_prof_move_to(heap, page, p);
+  p = fw_prof_move_to(heap, pg, p);
+  *page = fw_ptr_page(p);
+  return p;
 }
 
 static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
@@ -660,8 +760,10 @@ static void *fw_prof_take(fw_heap_t *heap, void *p, size_t size, bool movable) {
     if (heap->prof_left >= 0) return p;
   }
   heap->prof_left = fw_prof_interval(heap);
-  if (movable) p = fw_prof_move(heap, p);
-  fw_prof_record(heap, p, size);
+  if (!p) return p;
+  fw_page_t *page = fw_ptr_page(p);
+  if (movable) p = fw_prof_move(heap, &page, p);
+  fw_prof_record(heap, page, p, size);
   return p;
 }
 
@@ -669,10 +771,17 @@ void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) { (void)fw_prof_take(
 
 void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, true); }
 
-void fw_prof_free(fw_page_t *page, const void *b) {
-  if (page->kind == FW_KIND_LARGE) {
-    fw_prof_forget_large(page);  /* one block: the record is the page's */
-  } else if (page->prof_side) {
+/* Only the owner changes the page's flags. */
+FW_INLINE void fw_prof_unflag(fw_page_t *page) {
+  if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&
+      atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
+    fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_SAMPLED);
+}
+
+/* fw_prof_free of a small or medium page's block: out of the large
+ * block's way, whose free then keeps no registers of its own. */
+static FW_NOINLINE void fw_prof_free_block(fw_page_t *page, const void *b) {
+  if (page->prof_side) {
     fw_prof_forget_side(page, fw_prof_side(page, (uintptr_t)b));
   } else {
     /* the other frees from a page that holds a sample need not look it
@@ -694,9 +803,17 @@ void fw_prof_free(fw_page_t *page, const void *b) {
       fw_prof_uncount(page, table);
     }
   }
-  /* only the owner changes the page's flags */
-  if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&
-      atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
+  fw_prof_unflag(page);
+}
+
+void fw_prof_free(fw_page_t *page, const void *b) {
+  if (page->kind != FW_KIND_LARGE) {
+    fw_prof_free_block(page, b);
+    return;
+  }
+  fw_prof_forget_large(page);  /* one block: the record is the page's */
+  /* and none is left (fw_prof_unflag without the count, 0 now) */
+  if (atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
     fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_SAMPLED);
 }
 

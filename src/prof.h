@@ -30,6 +30,12 @@ FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);
  * forgets its sample, if it has one. */
 FW_HIDDEN void fw_prof_free(fw_page_t *page, const void *b);
 
+/* The countdown's intervals (prof.c), for the tests: an exponential of
+ * mean 1 from the random word x (its low 32 bits not all 0), and one
+ * drawn from the random state *state (not 0), which it moves on. */
+FW_HIDDEN double fw_prof_exp_of(uint64_t x);
+FW_HIDDEN double fw_prof_exp_draw(uint64_t *state);
+
 /* Calls fn for every call site with sampled blocks in use: its stack and
  * the estimated live objects and bytes (the leak report's sampled sites). */
 FW_HIDDEN void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs, double objects, double bytes,
