@@ -415,6 +415,28 @@ static int user_heap(void) {
   return 0;
 }
 
+/* "heapdel": 500 blocks from site_heap in a user heap that is then
+ * deleted (its blocks live on in the thread's heap) and freed one by one
+ * afterwards: the samples a user heap took, moved to its pages of sampled
+ * blocks, must be forgotten wherever those pages went. */
+static int user_heap_deleted(void) {
+  void *(*heap_new)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "fw_heap_new");
+  void *(*heap_malloc)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "fw_heap_malloc");
+  void (*heap_delete)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "fw_heap_delete");
+  if (!heap_new || !heap_malloc || !heap_delete) return 1;
+  void *h = heap_new();
+  if (!h) return 1;
+  static void *blocks[500];
+  for (int i = 0; i < 500; i++)
+    if (!(blocks[i] = site_heap(heap_malloc, h, 64))) return 1;
+  heap_delete(h);
+  for (int i = 0; i < 500; i++) {
+    memset(blocks[i], 5, 64);
+    free(blocks[i]);
+  }
+  return 0;
+}
+
 SITE(site_big, malloc(n))
 
 static void *thread_main(void *arg) {
@@ -453,6 +475,7 @@ int main(int argc, char **argv) {
   memset(keep[2 * N_SMALL + N_THREAD], 4, 300000);
   memset(keep[2 * N_SMALL + N_THREAD + 1], 5, 3u << 20);
   if (strcmp(mode, "heap") == 0 && user_heap() != 0) return 1;
+  if (strcmp(mode, "heapdel") == 0 && user_heap_deleted() != 0) return 1;
   if (strcmp(mode, "pool") == 0 && object_pool() != 0) return 1;
   if (strcmp(mode, "edges") == 0 && profile_edges() != 0) return 1;
   if (strcmp(mode, "handoff") == 0 && handoff() != 0) return 1;

@@ -255,6 +255,12 @@ class Profile(unittest.TestCase):
         # the in-use figures
         self.assert_all_forgotten(self.profile(1, args=("heap",)), "site_heap", 500)
 
+    def test_deleted_heap(self):
+        # blocks of a user heap are sampled (and moved to its pages of
+        # sampled blocks); the heap is deleted, its blocks live on in the
+        # thread's heap and are freed one by one: all forgotten
+        self.assert_all_forgotten(self.profile(1, args=("heapdel",)), "site_heap", 500)
+
     def test_growth_profiles(self):
         # FREEWAY_PROFILE_GROWTH=1: a profile each time the bytes in use pass
         # their highest level by 1 MiB; the program's 3 MiB block alone
