@@ -261,6 +261,19 @@ static inline void fw_heap_retired(fw_heap_t *heap) {
 static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
   FW_ASSERT(page->used == 0);
   if ((page->flags & FW_PF_SAMPLES) && heap->samples[page->cls] == page) heap->samples[page->cls] = NULL;
+  if (page->kind == FW_KIND_LARGE && (page->flags & FW_PF_FULL)) {
+    /* the checking modes' frees come this way, not through
+     * fw_heap_large_free_local: they look too. A cached page stays in the
+     * full list (large.c). */
+    if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
+    fw_page_collect(page);
+    if (!fw_large_cache_put(heap, page)) {
+      fw_page_queue_remove(heap, &heap->full, page);
+      fw_segment_page_free(heap->tld, page);
+    }
+    fw_heap_retired(heap);
+    return;
+  }
   if (page->flags & FW_PF_FULL) {
     /* its delayed bit stays: with no live block, no free can reach the page
      * (but a double free), and whoever sets the page up again rewrites it */
@@ -272,11 +285,8 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
     /* counted below all the same: the purge check runs every eighth page
      * emptied, kept or not */
   } else if (page->kind == FW_KIND_LARGE) {
-    /* the checking modes' frees come this way, not through
-     * fw_heap_large_free_local: they look too */
-    if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
-    fw_page_collect(page);
-    if (!fw_large_cache_put(heap, page)) fw_segment_page_free(heap->tld, page);
+    fw_page_collect(page);  /* an adopted one in a class queue (fw_page_to_full) */
+    fw_segment_page_free(heap->tld, page);
   } else {
     fw_heap_page_give_back(heap, page);
   }
@@ -293,9 +303,9 @@ void fw_heap_large_free_local(fw_page_t *page) {
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   page->used = 0;
   page->frees++;
-  fw_page_queue_remove(heap, &heap->full, page);
   if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
   if (!fw_large_cache_put(heap, page)) {
+    fw_page_queue_remove(heap, &heap->full, page);
     fw_page_collect(page);
     fw_segment_page_free(heap->tld, page);
   }
@@ -433,9 +443,9 @@ void fw_heap_release(fw_heap_t *heap, fw_heap_t *target, bool destroy) {
       }
     }
   }
-  /* 4. last, since folding in the delayed frees above may retire large
-   * pages into the cache: one left there would keep its segment alive */
-  fw_large_cache_flush(heap, true);
+  /* 4. the large-block cache's pages were in the full list, and went with
+   * it (those the delayed frees of step 2 retired too) */
+  fw_large_cache_forget(heap);
   fw_direct_reset(heap);
   memset(heap->samples, 0, sizeof heap->samples);
 }
@@ -464,10 +474,13 @@ void fw_heap_collect_internal(fw_heap_t *heap, bool force) {
 
 /* ---- looking at a heap -------------------------------------------------------- */
 
+/* Cached large pages (in the full list with no block) are the cache's,
+ * not the heap's: left out. */
 static void fw_heap_walk(const fw_heap_t *heap, void (*fn)(const fw_page_t *, void *), void *arg) {
   for (size_t c = 0; c <= FW_CLASS_COUNT + 1; c++) {
     const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
-    for (const fw_page_t *pg = q->first; pg; pg = pg->next) fn(pg, arg);
+    for (const fw_page_t *pg = q->first; pg; pg = pg->next)
+      if (pg->kind != FW_KIND_LARGE || pg->used) fn(pg, arg);
   }
   for (const fw_page_t *pg = heap->retained; pg; pg = pg->next) fn(pg, arg);
 }

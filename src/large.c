@@ -8,6 +8,7 @@
 #include "page.h"
 #include "options.h"
 #include "os.h"
+#include <string.h>
 
 /* The 4 KiB page of its last slice that a block of size bytes ends in, as
  * a bit of page->ends. */
@@ -17,7 +18,7 @@ static inline uint32_t fw_large_end(size_t size) {
 
 /* Inlined into both callers: the cache's hit (fw_large_cache_alloc) is a
  * path of its own, taken by every batch of big buffers a thread cycles
- * through. */
+ * through. A cached page is in the heap's full list already. */
 static inline void *fw_large_take_page(fw_heap_t *heap, fw_page_t *page, size_t size) {
   page->ends |= fw_large_end(size);
   page->cls = FW_CLASS_LARGE;
@@ -27,16 +28,22 @@ static inline void *fw_large_take_page(fw_heap_t *heap, fw_page_t *page, size_t 
   atomic_store_explicit(&page->heap, heap, memory_order_relaxed);
   atomic_store_explicit(&page->xfree, FW_XFREE_DELAYED, memory_order_relaxed);
   fw_page_flags_set(page, page->flags | FW_PF_FULL);
-  fw_page_queue_push(heap, &heap->full, page);
   return page->area;
 }
 
-void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) { return fw_large_take_page(heap, page, size); }
+void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
+  fw_page_queue_push(heap, &heap->full, page);
+  return fw_large_take_page(heap, page, size);
+}
 
 /* ---- the large-block cache -------------------------------------------------
  * A large block in a span segment freed by its heap's thread keeps its page
- * for a while, filed by slice count; the next request of the same slice
- * count takes it whole. Placing it anew would put its first and last bytes
+ * for a while, filed by slice count (a list through page->lnext); the next
+ * request of the same slice count takes it whole. The page stays in the
+ * heap's full list meanwhile, so that a heap given up frees it with the
+ * rest, and a hit and a put skip the list's unlink and link (and the
+ * neighbours' descriptors they write): a page leaves the list only when it
+ * leaves the cache for its segment (fw_large_cache_drop). Placing it anew would put its first and last bytes
  * (often the only pages a big buffer touches at once) on pages never touched
  * before: a page fault each, and RSS creeping up to the span's full size.
  * Pages not reused for one to two purge delays go back to their segment
@@ -70,6 +77,14 @@ static size_t fw_large_cache_cap(const fw_heap_t *heap) {
   return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
 }
 
+/* A page out of its bin (unlinked by the caller) back to its segment. */
+static void fw_large_cache_drop(fw_heap_t *heap, fw_page_t *page) {
+  page->lnext = NULL;
+  heap->lcache_bytes -= (size_t)page->slices * FW_SLICE_SIZE;
+  fw_page_queue_remove(heap, &heap->full, page);
+  fw_segment_page_free(heap->tld, page);
+}
+
 void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
   size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20, freed = 0;
   for (size_t n = FW_LCACHE_MAX_SLICES; n >= 1 && freed < size && heap->lcache_bytes > cap; n--) {
@@ -77,13 +92,11 @@ void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
       /* the oldest of the bin (or the 64th: a bound on the walk): the ones
        * freed last are the likeliest to be asked for again */
       fw_page_t **link = &heap->lcache[n];
-      for (unsigned k = 1; (*link)->next && k < 64; k++) link = &(*link)->next;
+      for (unsigned k = 1; (*link)->lnext && k < 64; k++) link = &(*link)->lnext;
       fw_page_t *page = *link;
-      *link = page->next;
-      page->next = NULL;
-      heap->lcache_bytes -= n * FW_SLICE_SIZE;
+      *link = page->lnext;
       freed += n * FW_SLICE_SIZE;
-      fw_segment_page_free(heap->tld, page);
+      fw_large_cache_drop(heap, page);
     }
   }
 }
@@ -96,8 +109,7 @@ bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
     return false;
   page->idle = 0;
   page->used = 0;
-  page->prev = NULL;
-  page->next = heap->lcache[n];
+  page->lnext = heap->lcache[n];
   heap->lcache[n] = page;
   if (!heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
   heap->lcache_bytes += bytes;
@@ -122,8 +134,8 @@ void *fw_large_cache_alloc(fw_heap_t *heap, size_t size) {
   if (!page) return NULL;
   uint32_t end = fw_large_end(size);
   if (!(page->ends & end)) {
-    fw_page_t **l = &page->next;
-    for (unsigned k = 1; *l && k < FW_LCACHE_SCAN; l = &(*l)->next, k++) {
+    fw_page_t **l = &page->lnext;
+    for (unsigned k = 1; *l && k < FW_LCACHE_SCAN; l = &(*l)->lnext, k++) {
       if ((*l)->ends & end) {
         link = l;
         page = *l;
@@ -132,10 +144,10 @@ void *fw_large_cache_alloc(fw_heap_t *heap, size_t size) {
     }
   }
   size_t bytes = slices * FW_SLICE_SIZE;
-  *link = page->next;
+  *link = page->lnext;
   heap->lcache_bytes -= bytes;
   heap->lcache_recent += bytes;
-  page->next = NULL;
+  page->lnext = NULL;
   page->is_zero = 0;
   return fw_large_take_page(heap, page, size);
 }
@@ -148,18 +160,21 @@ void fw_large_cache_flush(fw_heap_t *heap, bool all) {
       fw_page_t *page = *link;
       if (!all && !page->idle) {
         page->idle = 1;
-        link = &page->next;
+        link = &page->lnext;
         continue;
       }
-      *link = page->next;
-      page->next = NULL;
-      heap->lcache_bytes -= n * FW_SLICE_SIZE;
-      fw_segment_page_free(heap->tld, page);
+      *link = page->lnext;
+      fw_large_cache_drop(heap, page);
     }
   }
   if (!all) heap->lcache_recent = 0;
   long delay = fw_opt(PURGE_DELAY);
   if (heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
+}
+
+void fw_large_cache_forget(fw_heap_t *heap) {
+  memset(heap->lcache, 0, sizeof heap->lcache);
+  heap->lcache_bytes = 0;
 }
 
 /* A large block that would grow in place into slices held by cached pages:
@@ -183,12 +198,10 @@ static bool fw_large_cache_clear_after(fw_page_t *page, size_t size) {
     size_t n = pg->slices;
     fw_heap_t *heap = atomic_load_explicit(&pg->heap, memory_order_relaxed);
     fw_page_t **link = &heap->lcache[n];
-    while (*link && *link != pg) link = &(*link)->next;
+    while (*link && *link != pg) link = &(*link)->lnext;
     if (!*link) return false;  /* not a cached page after all */
-    *link = pg->next;
-    pg->next = NULL;
-    heap->lcache_bytes -= n * FW_SLICE_SIZE;
-    fw_segment_page_free(heap->tld, pg);
+    *link = pg->lnext;
+    fw_large_cache_drop(heap, pg);
     k += n;
   }
   return true;

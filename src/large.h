@@ -12,7 +12,8 @@ FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size);
 /* page->ends: a bit for each 4 KiB of a large page's last slice */
 #define FW_LCACHE_END_SHIFT 12
 _Static_assert((FW_SLICE_SIZE >> FW_LCACHE_END_SHIFT) <= 32, "page->ends has a bit for each 4 KiB of a slice");
-/* A freed span page waits in the cache; false if it does not fit there. */
+/* A freed span page (used 0, still in its heap's full list) waits in the
+ * cache; false if it does not fit there, and the caller gives it back. */
 FW_HIDDEN bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page);
 /* A cached page for a block of size bytes made heap's live block (as
  * fw_large_take), or NULL. */
@@ -22,6 +23,9 @@ FW_HIDDEN void *fw_large_cache_alloc(fw_heap_t *heap, size_t size);
 FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap, size_t size);
 /* all: every cached page; else those already seen by the previous look */
 FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
+/* The cache emptied without a look at its pages: for a heap that has given
+ * every page of its full list back already, cached ones with the rest. */
+FW_HIDDEN void fw_large_cache_forget(fw_heap_t *heap);
 /* realloc in place: the block grows into the free slices after it, cached
  * pages there giving way, or (a segment of its own) into the free chunks
  * after it. */

@@ -89,9 +89,13 @@ struct fw_page_s {
       uint16_t reserved;         /* blocks that fit (at most 8192, of 8 bytes) */
       uint16_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
       uint16_t slices;           /* slices the page spans */
-      uintptr_t link_mask;       /* the bits a valid link's t = next ^ b has clear
+      union {
+        uintptr_t link_mask;     /* the bits a valid link's t = next ^ b has clear
                                     (page.h): the segment's and those below the
                                     block size's power-of-two factor */
+        fw_page_t *lnext;        /* FW_KIND_LARGE in its heap's large-block cache:
+                                    the next page of its bin (large.c) */
+      };
       /* What the owner's malloc and free read and write on their common
        * paths (the pop and the push, the class, fresh for blocks above
        * FW_DIRECT_MAX, frees on the slow frees) is the fields above and the
@@ -113,7 +117,7 @@ struct fw_page_s {
       uint8_t *area;             /* first block */
       _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
       _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
-      fw_page_t *next, *prev;    /* class queue, full list or large-block cache */
+      fw_page_t *next, *prev;    /* class queue or full list */
       uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
       uint8_t idle;              /* seen unused by the last idle scan / cache look */
       uint8_t adopted;           /* taken over from another heap (fw_page_adopt) */

@@ -62,13 +62,13 @@ static void t_large_cache_batch(void) {
 static size_t cached_pages(const fw_heap_t *heap) {
   size_t k = 0;
   for (size_t n = 1; n <= FW_LCACHE_MAX_SLICES; n++)
-    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->next) k++;
+    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->lnext) k++;
   return k;
 }
 
 static bool in_cache(const fw_heap_t *heap, const void *p) {
   for (size_t n = 1; n <= FW_LCACHE_MAX_SLICES; n++)
-    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->next)
+    for (const fw_page_t *pg = heap->lcache[n]; pg; pg = pg->lnext)
       if (pg->area == (const uint8_t *)p) return true;
   return false;
 }
@@ -142,11 +142,68 @@ static void t_large_cache_ends(void) {
   fw_large_cache_flush(heap, true);
 }
 
+static size_t full_pages(const fw_heap_t *heap, const void *p, bool *listed) {
+  size_t k = 0;
+  for (const fw_page_t *pg = heap->full.first; pg; pg = pg->next, k++)
+    if (pg->area == (const uint8_t *)p) *listed = true;
+  return k;
+}
+
+/* A cached page stays in its heap's full list (large.c), out of the heap's
+ * counts; a heap given up frees its cached pages with the full list and
+ * hands on its live blocks, none lost, none freed twice. */
+static void t_large_cache_listed(void) {
+  fw_heap_t *heap = test_heap();
+  fw_heap_t *def = fw_heap_get_default();
+  enum { N = 8, L = 3 };
+  void *v[N], *live[L];
+  for (int i = 0; i < N; i++) CHECK((v[i] = fw_heap_large_malloc(heap, MiB, 16)) != NULL);
+  for (int i = 0; i < L; i++) CHECK((live[i] = fw_heap_large_malloc(heap, 512 * 1024, 16)) != NULL);
+  for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(v[i]), (fw_block_t *)v[i]);
+  CHECKF(heap->lcache_bytes == N * MiB, "%zu KiB cached", heap->lcache_bytes / 1024);
+  for (int i = 0; i < N; i++) {
+    bool listed = false;
+    size_t n = full_pages(heap, v[i], &listed);
+    CHECKF(listed && n == N + L, "cached page %d: in the full list %d, which has %zu pages (expected %d)", i, listed,
+           n, N + L);
+  }
+  fw_heap_stats_t st;
+  memset(&st, 0, sizeof st);
+  fw_heap_stats_of(heap, &st);
+  CHECKF(st.blocks_live == L && st.pages == L, "heap counts %zu live blocks in %zu pages, expected %d in %d",
+         (size_t)st.blocks_live, (size_t)st.pages, L, L);
+  /* a hit takes a page without listing it twice */
+  void *again = fw_heap_large_malloc(heap, MiB, 16);
+  CHECK(again != NULL);
+  bool listed = false;
+  CHECK(full_pages(heap, again, &listed) == N + L && listed);
+  fw_heap_release(heap, def, false);
+  CHECK(heap->lcache_bytes == 0 && heap->full.first == NULL);
+  for (int i = 0; i < N; i++) {
+    const fw_page_t *pg = fw_ptr_page(v[i]);
+    if (v[i] == again) {
+      CHECK(pg->used == 1 && atomic_load(&((fw_page_t *)pg)->heap) == def);
+    } else {
+      CHECKF(pg->flags & FW_PF_UNUSED, "cached page %d not given back to its segment (flags %#x)", i, pg->flags);
+    }
+  }
+  for (int i = 0; i < L; i++) {
+    fw_page_t *pg = fw_ptr_page(live[i]);
+    CHECKF(pg->used == 1 && atomic_load(&pg->heap) == def, "live block %d: used %u, heap %p (default %p)", i,
+           pg->used, (void *)atomic_load(&pg->heap), (void *)def);
+    ((char *)live[i])[0] = 1;
+    fw_heap_free_local(pg, (fw_block_t *)live[i]);
+  }
+  fw_heap_free_local(fw_ptr_page(again), (fw_block_t *)again);
+  fw_heap_struct_free(heap);
+}
+
 int main(int argc, char **argv) {
   static const it_section sections[] = {
     {"large_cache_batch", t_large_cache_batch},
     {"large_cache_miss", t_large_cache_miss},
     {"large_cache_ends", t_large_cache_ends},
+    {"large_cache_listed", t_large_cache_listed},
   };
   return it_main(argc, argv, sections, sizeof sections / sizeof sections[0]);
 }
