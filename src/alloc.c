@@ -386,7 +386,7 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
   if (size - (FW_MEDIUM_MAX + 1) < (size_t)FW_LCACHE_MAX_SLICES * FW_SLICE_SIZE - FW_MEDIUM_MAX && heap->lcache_bytes) {
     uint64_t n = heap->slow_count + 1;
     if ((n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) && !fw_opt(CAUTIOUS)) {
-      void *p = fw_large_cache_alloc(heap, size);
+      void *p = fw_large_cache_hit(heap, size);
       if (p) {
         heap->slow_count = n;
         return p;

@@ -304,11 +304,17 @@ void fw_heap_large_free_local(fw_page_t *page) {
   page->used = 0;
   page->frees++;
   if (page->block_size > FW_BIG_MIN) fw_segment_big_look(heap->tld, page);
-  if (!fw_large_cache_put(heap, page)) {
-    fw_page_queue_remove(heap, &heap->full, page);
-    fw_page_collect(page);
-    fw_segment_page_free(heap->tld, page);
+  if (fw_large_cache_put(heap, page)) {
+    /* the page stays as touched as it was: nothing for a purge to do yet,
+     * and every 64th is often enough for the cache's own deadline (at every
+     * eighth, the clock read and the looks were 12 instructions a block in
+     * bench_objects at 1 MiB under callgrind) */
+    if ((++heap->retire_count & 63) == 0) fw_heap_housekeeping(heap, false);
+    return;
   }
+  fw_page_queue_remove(heap, &heap->full, page);
+  fw_page_collect(page);
+  fw_segment_page_free(heap->tld, page);
   fw_heap_retired(heap);
 }
 

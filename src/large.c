@@ -10,12 +10,6 @@
 #include "os.h"
 #include <string.h>
 
-/* The 4 KiB page of its last slice that a block of size bytes ends in, as
- * a bit of page->ends. */
-static inline uint32_t fw_large_end(size_t size) {
-  return (uint32_t)1 << (((size - 1) & (FW_SLICE_SIZE - 1)) >> FW_LCACHE_END_SHIFT);
-}
-
 /* Inlined into both callers: the cache's hit (fw_large_cache_alloc) is a
  * path of its own, taken by every batch of big buffers a thread cycles
  * through. A cached page is in the heap's full list already. */
@@ -39,25 +33,27 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
 /* ---- the large-block cache -------------------------------------------------
  * A large block in a span segment freed by its heap's thread keeps its page
  * for a while, filed by slice count (a list through page->lnext); the next
- * request of the same slice count takes it whole. The page stays in the
- * heap's full list meanwhile, so that a heap given up frees it with the
- * rest, and a hit and a put skip the list's unlink and link (and the
- * neighbours' descriptors they write): a page leaves the list only when it
- * leaves the cache for its segment (fw_large_cache_drop). Placing it anew would put its first and last bytes
- * (often the only pages a big buffer touches at once) on pages never touched
- * before: a page fault each, and RSS creeping up to the span's full size.
- * Pages not reused for one to two purge delays go back to their segment
- * (the idle byte marks those already seen by the previous look). */
+ * request of the same slice count takes it whole. Placing it anew would put
+ * its first and last bytes (often the only pages a big buffer touches at
+ * once) on pages never touched before: a page fault each, and RSS creeping
+ * up to the span's full size. Pages not reused for one to two purge delays
+ * go back to their segment (the idle byte marks those already seen by the
+ * previous look). A cached page stays in its heap's full list, so that a
+ * heap given up frees it with the rest, and a hit and a put skip the list's
+ * unlink and link (and the writes to the neighbours' descriptors): a page
+ * leaves the list only when it leaves the cache for its segment
+ * (fw_large_cache_drop). */
 
-/* Blocks up to 1 MiB only (FW_LCACHE_MAX_SLICES, large.h). Above that, an exact slice count comes back too
- * seldom to pay for what the cache holds: bench_bigchurn at 1 to 4 MiB had
- * the same page faults with the cache as without, and 43 MiB of peak RSS
- * against 24 MiB (a block freed to its segment is reused, still dirty, by
- * the best fit of the next request of any size near it). */
+/* Blocks up to 1 MiB only (FW_LCACHE_MAX_SLICES, large.h). Above that, an
+ * exact slice count comes back too seldom to pay for what the cache holds:
+ * bench_bigchurn at 1 to 4 MiB had the same page faults with the cache as
+ * without, and 43 MiB of peak RSS against 24 MiB (a block freed to its
+ * segment is reused, still dirty, by the best fit of the next request of any
+ * size near it). */
 
-/* How much the cache may hold: FREEWAY_LARGE_CACHE, or more while the heap
- * hands out more than that in such blocks between two looks (one purge
- * delay): a program that allocates a batch of 64 buffers of 1 MiB and
+/* How much the cache may hold (fw_large_cache_cap, large.h):
+ * FREEWAY_LARGE_CACHE, or more while the heap hands out more than that in
+ * such blocks between two looks (one purge delay): a program that allocates a batch of 64 buffers of 1 MiB and
  * frees it, over and over (bench_objects), would otherwise send 48 of
  * every 64 frees back to their segment and take them from it again, at
  * four times the instructions of a cache hit. What the cache holds beyond
@@ -72,10 +68,6 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
  * of peak RSS, against 23,000 and 59 MiB with this and the choice of page
  * below; medians of 7). The pages given back are the oldest of the
  * largest slice counts: they make the longest free runs. */
-static size_t fw_large_cache_cap(const fw_heap_t *heap) {
-  size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
-  return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
-}
 
 /* A page out of its bin (unlinked by the caller) back to its segment. */
 static void fw_large_cache_drop(fw_heap_t *heap, fw_page_t *page) {
@@ -101,19 +93,8 @@ void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
   }
 }
 
-bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
-  size_t n = page->slices, bytes = n * FW_SLICE_SIZE;
-  long delay = fw_opt(PURGE_DELAY);
-  if (n > FW_LCACHE_MAX_SLICES || delay == 0 || (page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED)) ||
-      fw_page_segment(page)->kind != FW_KIND_SPAN || heap->lcache_bytes + bytes > fw_large_cache_cap(heap))
-    return false;
-  page->idle = 0;
-  page->used = 0;
-  page->lnext = heap->lcache[n];
-  heap->lcache[n] = page;
-  if (!heap->lcache_bytes && delay > 0) heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
-  heap->lcache_bytes += bytes;
-  return true;
+void fw_large_cache_first(fw_heap_t *heap, long delay) {
+  heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
 }
 
 /* Which cached page of the slice count: one in which an earlier block
@@ -143,13 +124,7 @@ void *fw_large_cache_alloc(fw_heap_t *heap, size_t size) {
       }
     }
   }
-  size_t bytes = slices * FW_SLICE_SIZE;
-  *link = page->lnext;
-  heap->lcache_bytes -= bytes;
-  heap->lcache_recent += bytes;
-  page->lnext = NULL;
-  page->is_zero = 0;
-  return fw_large_take_page(heap, page, size);
+  return fw_large_cache_took(heap, link, page, size);
 }
 
 /* all: every cached page; else those already marked by the previous look */
