@@ -111,7 +111,9 @@ static void t_draws(void) {
   double x = fw_prof_exp_draw(&st);
   CHECKF(st == next, "the state %016llx did not come to the word %016llx", (unsigned long long)from,
          (unsigned long long)want);
-  CHECKF(x == 32 * LN2 + fw_prof_exp_of(next), "a draw after 32 zero bits: %g, not 32 ln 2 + %g", x,
+  /* equal but for rounding: the i386 build's x87 sums carry more bits */
+  double expect = 32 * LN2 + fw_prof_exp_of(next);
+  CHECKF(fabs(x - expect) <= 1e-12 * expect, "a draw after 32 zero bits: %.17g, not 32 ln 2 + %.17g", x,
          fw_prof_exp_of(next));
 }
 
