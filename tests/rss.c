@@ -571,6 +571,51 @@ static void exit_case(bool keep) {
 static void t_exit_abandoned(void) { exit_case(true); }
 static void t_exit_empty(void) { exit_case(false); }
 
+/* A thread that exits leaves its empty segments warm whole when they hold
+ * little resident memory (abandon.c): big buffers of which it wrote only
+ * the first and last bytes, freed before it exits. The next thread to do
+ * the same finds their pages in place: it takes a fraction of the first
+ * one's page faults (each counted by getrusage for its own thread). */
+typedef struct { long faults; } sparse_job;
+static void *exit_sparse_thread(void *arg) {
+  sparse_job *j = arg;
+  enum { N = 40 };
+  char *v[N];
+  struct rusage u0, u1;
+  getrusage(RUSAGE_THREAD, &u0);
+  for (int i = 0; i < N; i++) {
+    v[i] = A.malloc(MiB);
+    CHECK(v[i] != NULL);
+    v[i][0] = (char)i;
+    v[i][MiB - 1] = (char)i;
+  }
+  getrusage(RUSAGE_THREAD, &u1);
+  for (int i = 0; i < N; i++) A.free(v[i]);
+  j->faults = u1.ru_minflt - u0.ru_minflt;
+  return NULL;
+}
+
+static void t_exit_sparse(void) {
+  long delay = X.option_get("purge_delay");
+  CHECK(X.option_set("purge_delay", 60000) == 0);
+  X.collect(true);
+  sparse_job j[2];
+  for (int k = 0; k < 2; k++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, exit_sparse_thread, &j[k]) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+  }
+  fwt_log("exit_sparse: 40 blocks of 1 MiB, first and last bytes written: %ld page faults in the first thread, %ld "
+          "in the next",
+          j[0].faults, j[1].faults);
+  CHECKF(j[0].faults >= 40, "the first thread took only %ld page faults for 40 fresh blocks", j[0].faults);
+  CHECKF(j[1].faults <= j[0].faults / 4,
+         "the next thread took %ld page faults against the first one's %ld: the exited thread's memory was purged",
+         j[1].faults, j[0].faults);
+  CHECK(X.option_set("purge_delay", delay) == 0);
+  X.collect(true);
+}
+
 /* calloc on memory fresh from the OS does not write it: 1000 blocks of
  * 64 KiB (62.5 MiB) raise RSS by little more than the one page of each
  * block that holds its free-list link. Blocks that come back dirty are
@@ -626,6 +671,7 @@ static const fwt_section sections[] = {
   {"thp_advice", t_thp_advice},
   {"exit_abandoned", t_exit_abandoned},
   {"exit_empty", t_exit_empty},
+  {"exit_sparse", t_exit_sparse},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
