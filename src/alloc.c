@@ -103,7 +103,8 @@
  *      the heap's large-block cache (FREEWAY_LARGE_CACHE MiB) for a request
  *      of the same slice count, which gets it back with the pages it touched
  *      in place (one where an earlier block ended in the 4 KiB page the
- *      request will end in, if one of the first few cached did); a bigger
+ *      request will end in, if one of the first few cached did; the page
+ *      stays in the heap's full list meanwhile); a bigger
  *      span goes back to its segment at once, where the next request of a
  *      size near its reuses its warm slices.
  *      A block above 2 MiB is its own segment of whole chunks; freed, the
@@ -162,8 +163,10 @@
  *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments, each for
  *      a delay, then purged. At thread exit the thread's free memory is
  *      purged at once but for a little in each segment, kept warm for the
- *      thread that takes the segment over: threads that come and go faster
- *      than the delay would otherwise pile up committed memory. A purge the
+ *      thread that takes the segment over (and an empty segment with little
+ *      resident in all, big buffers written at their ends, stays warm
+ *      whole): threads that come and go faster than the delay would
+ *      otherwise pile up committed memory. A purge the
  *      OS refuses (locked memory) leaves the memory dirty, so calloc clears
  *      it itself.
  *
