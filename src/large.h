@@ -60,6 +60,8 @@ FW_INLINE size_t fw_large_cache_cap(const fw_heap_t *heap) {
   size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
   return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
 }
+/* The cache's first page since it was empty sets its next look, a purge
+ * delay away (out of line: a clock read). */
 FW_HIDDEN void fw_large_cache_first(fw_heap_t *heap, long delay);
 /* A freed span page (used 0, still in its heap's full list) waits in the
  * cache; false if it does not fit there, and the caller gives it back.
