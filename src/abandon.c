@@ -94,8 +94,9 @@ static size_t fw_exit_warm(const fw_segment_t *seg) {
  * finds every page it touched still there. That is a segment of big
  * buffers whose owner wrote only their first and last pages: bench_objects
  * at 1 MiB on 4 threads (2 cores: the later threads start as the first
- * ones exit) took 605 page faults, against 174 for one thread and 242 for
- * rpmalloc on 4, its threads' blocks placed on memory just purged. */
+ * ones exit) took 536 to 622 page faults, against 207 on one thread and
+ * rpmalloc's 224 to 378 on 4, its threads' blocks placed on memory just
+ * purged. */
 static bool fw_exit_sparse(const fw_segment_t *seg) {
   if (seg->pages_used != 0 || seg->direct || fw_opt(PURGE_DELAY) <= 0) return false;
   size_t res = fw_os_resident(seg, FW_SEGMENT_SIZE);

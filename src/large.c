@@ -10,10 +10,8 @@
 #include "os.h"
 #include <string.h>
 
-/* Inlined into both callers: the cache's hit (fw_large_cache_alloc) is a
- * path of its own, taken by every batch of big buffers a thread cycles
- * through. A cached page is in the heap's full list already. */
-static inline void *fw_large_take_page(fw_heap_t *heap, fw_page_t *page, size_t size) {
+void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
+  fw_page_queue_push(heap, &heap->full, page);
   page->ends |= fw_large_end(size);
   page->cls = FW_CLASS_LARGE;
   page->used = 1;
@@ -23,11 +21,6 @@ static inline void *fw_large_take_page(fw_heap_t *heap, fw_page_t *page, size_t 
   atomic_store_explicit(&page->xfree, FW_XFREE_DELAYED, memory_order_relaxed);
   fw_page_flags_set(page, page->flags | FW_PF_FULL);
   return page->area;
-}
-
-void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
-  fw_page_queue_push(heap, &heap->full, page);
-  return fw_large_take_page(heap, page, size);
 }
 
 /* ---- the large-block cache -------------------------------------------------
@@ -53,20 +46,20 @@ void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size) {
 
 /* How much the cache may hold (fw_large_cache_cap, large.h):
  * FREEWAY_LARGE_CACHE, or more while the heap hands out more than that in
- * such blocks between two looks (one purge delay): a program that allocates a batch of 64 buffers of 1 MiB and
- * frees it, over and over (bench_objects), would otherwise send 48 of
- * every 64 frees back to their segment and take them from it again, at
- * four times the instructions of a cache hit. What the cache holds beyond
- * the option was in use a purge delay ago, so the peak RSS does not grow;
- * and a request the cache cannot serve, while it holds more than the
- * option, first gives back as much as it asks for (fw_large_cache_miss),
- * so that one size does not sit on memory another needs. Not all of it:
- * a program that cycles through many sizes misses one bin now and then
- * while the others serve it, and emptying the whole cache at each miss
- * sent every page back to be placed anew, on pages never touched
- * (bench_speed 14 threads, 256 B-512 KiB: 42,800 page faults and 118 MiB
- * of peak RSS, against 23,000 and 59 MiB with this and the choice of page
- * below; medians of 7). The pages given back are the oldest of the
+ * such blocks between two looks (one purge delay): a program that allocates
+ * a batch of 64 buffers of 1 MiB and frees it, over and over
+ * (bench_objects), would otherwise send 48 of every 64 frees back to their
+ * segment and take them from it again, at four times the instructions of a
+ * cache hit. What the cache holds beyond the option was in use a purge delay
+ * ago, so the peak RSS does not grow; and a request the cache cannot serve,
+ * while it holds more than the option, first gives back as much as it asks
+ * for (fw_large_cache_miss), so that one size does not sit on memory another
+ * needs. Not all of it: a program that cycles through many sizes misses one
+ * bin now and then while the others serve it, and emptying the whole cache
+ * at each miss sent every page back to be placed anew, on pages never
+ * touched (bench_speed 14 threads, 256 B-512 KiB: 42,800 page faults and 118
+ * MiB of peak RSS, against 23,000 and 59 MiB with this and the choice of
+ * page below; medians of 7). The pages given back are the oldest of the
  * largest slice counts: they make the longest free runs. */
 
 /* A page out of its bin (unlinked by the caller) back to its segment. */

@@ -6,8 +6,9 @@
 #include "page.h"
 #include "options.h"
 
-/* Makes a LARGE page (from the segment layer or the cache) heap's live
- * block: in the full list, remote frees routed through the heap. */
+/* Makes a LARGE page fresh from the segment layer heap's live block: in
+ * the full list, remote frees routed through the heap (a cached page is set
+ * up already: fw_large_cache_took). */
 FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size);
 /* The cache keeps span pages of up to this many slices (1 MiB): see large.c. */
 #define FW_LCACHE_MAX_SLICES 16
