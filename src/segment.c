@@ -383,6 +383,32 @@ void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg, bool purge) {
   fw_segment_free_ex(tld, seg, purge);
 }
 
+/* How many empty segments the thread keeps warm when seg empties. One of
+ * small or medium blocks was written through (its free lists live in its
+ * blocks), so keeping it holds its whole size in RSS: the thread keeps as
+ * many of those as it has lately put to use again before the purge delay
+ * was up, at least 2, at most FREEWAY_SEGMENT_CACHE. A thread that frees a
+ * burst and then goes quiet (no slow path to run the purge: bench_churn's
+ * settle) keeps only what its reuse has shown it needs: bench_churn
+ * --threads 2 --total 256M --settle-ms 400 ended at 162 MiB with the
+ * cache's 32 (medians of 5), 50 with a flat cap of 4, which cost
+ * bench_larsonsized 1-8 threads about a tenth (its rounds empty segments
+ * and fill them again), 34 with this one. A span segment's memory is what
+ * the program wrote of its big blocks, often a little of each (rss.c's
+ * exit_sparse): those keep FREEWAY_SEGMENT_CACHE. */
+#define FW_SEGMENT_CACHE_MIN 2
+static size_t fw_segment_cache_cap(const fw_tld_t *tld, const fw_segment_t *seg) {
+  size_t cap = FW_SEGMENT_CACHE_MIN + tld->segments_reused, most = (size_t)fw_opt(SEGMENT_CACHE);
+  return cap < most && seg->kind != FW_KIND_SPAN ? cap : most;
+}
+
+/* The segment's first page since it was empty; warm: its slots were not
+ * purged meanwhile (is_zero false). */
+static void fw_segment_unempty(fw_tld_t *tld, bool is_zero) {
+  tld->segments_empty--;
+  if (!is_zero && tld->segments_reused < FW_SLICES) tld->segments_reused++;
+}
+
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
   fw_page_t *pg = &seg->pages[slot * seg->page_slices];
   size_t size;
@@ -444,7 +470,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
     fw_segment_make_huge(seg);
   uint64_t bits = fw_mask_low(n) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);
-  if (seg->pages_used++ == 0) tld->segments_empty--;
+  if (seg->pages_used++ == 0) fw_segment_unempty(tld, is_zero);
   fw_page_t *pg = &seg->pages[start];
   memset(pg, 0, sizeof *pg);
   pg->kind = FW_KIND_LARGE;
@@ -551,7 +577,7 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
   size_t slot = fw_ctz64(warm ? warm : seg->free_mask);
   if (slot >= FW_SLICES / seg->page_slices / 2 && fw_segment_upper_wants_huge(seg)) fw_segment_make_huge(seg);
   bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
-  if (seg->pages_used++ == 0) tld->segments_empty--;
+  if (seg->pages_used++ == 0) fw_segment_unempty(tld, is_zero);
   fw_page_slot_setup(seg, slot, is_zero);
   FW_VALIDATE_SEGMENT(seg);
   return &seg->pages[slot * seg->page_slices];
@@ -771,7 +797,7 @@ static void fw_segment_page_free_ex(fw_tld_t *tld, fw_page_t *page, bool warm) {
      * delay (fw_segments_purge), so that memory freed and allocated again in
      * waves is not set up anew each time. */
     long delay = fw_opt(PURGE_DELAY);
-    if (delay == 0 || (delay > 0 && tld->segments_empty >= (size_t)fw_opt(SEGMENT_CACHE))) {
+    if (delay == 0 || (delay > 0 && tld->segments_empty >= fw_segment_cache_cap(tld, seg))) {
       fw_segment_free_ex(tld, seg, true);
       return;
     }
@@ -791,12 +817,14 @@ void fw_segment_page_free_warm(fw_page_t *page) { fw_segment_page_free_ex(NULL, 
 void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
   uint64_t next = 0;
   long delay = fw_opt(PURGE_DELAY);
+  bool unused = false;
   for (fw_segment_t *seg = tld->segments, *nxt; seg; seg = nxt) {
     nxt = seg->next;
     if (seg->pages_used == 0 && seg->kind != FW_KIND_LARGE && (force || seg->purge_due <= now)) {
       /* kept empty for a delay: now it goes, and its memory with it (in the
        * arena it would stay committed for another delay) */
       fw_segment_free_empty(tld, seg, true);
+      unused = true;
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;
@@ -812,6 +840,8 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
       if (!next || seg->purge_due < next) next = seg->purge_due;
     }
   }
+  /* kept warm for nothing: keep fewer */
+  if (unused) tld->segments_reused /= 2;
   tld->purge_due = next;
 }
 

@@ -283,6 +283,9 @@ struct fw_tld_s {
   uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
   size_t segments_empty;            /* owned segments with no page in use */
+  size_t segments_reused;           /* empty segments put to use again while
+                                       still warm, halved at each purge pass that
+                                       gives some back (fw_segment_cache_cap) */
   size_t segments_small;            /* owned segments of small pages */
   bool calloc_untouched;            /* has handed out a medium block by calloc
                                        without writing it (fresh memory) */
