@@ -114,12 +114,28 @@ _Static_assert(sizeof(fw_side_t) == FW_PROF_SIDE, "side record size");
  * first of its pages: a thread that samples from one call site touches
  * that page and the one of its walk. */
 #define FW_MEMO 32
+/* A thread's counts of a site: alloc_objects, alloc_space, freed_objects,
+ * freed_space (fw_site_t's). Only the thread adds to them, with a load and
+ * a store rather than an atomic add (the lock's cost of four of them was
+ * about half of what a sample of a 1 MiB block took, more where two threads
+ * sampled the same site, whose line then went back and forth); a profile
+ * adds up every thread's. The stores are releases so that a profile that
+ * reads every thread's frees before any allocation sees each block's
+ * allocation if it sees its free (fw_prof_totals). */
 typedef struct {
+  _Atomic(int64_t) v[4];
+} fw_tcount_t;
+#define FW_TCOUNT_SHIFT 7
+#define FW_TCOUNT_CHUNK ((uint32_t)1 << FW_TCOUNT_SHIFT) /* 4 KiB of counts */
+#define FW_TCOUNT_CHUNKS 64 /* the first 8,192 sites; others count in fw_site_t */
+typedef struct fw_prof_cache_s {
   struct {
     size_t key; /* size + 1; 0: empty */
     int64_t objects;
   } memo[FW_MEMO];
   fw_bt_cache_t walks;
+  fw_tcount_t *_Atomic counts[FW_TCOUNT_CHUNKS];
+  struct fw_prof_cache_s *all_next; /* fw_prof_caches: every cache, never freed */
 } fw_prof_cache_t;
 
 bool fw_prof_on;
@@ -133,6 +149,10 @@ static size_t fw_samples_cap, fw_samples_used, fw_samples_live;
 static int64_t fw_prof_growth;
 static _Atomic(int64_t) fw_prof_inuse, fw_prof_next_dump;
 static _Atomic(unsigned) fw_prof_dumps;
+/* Every thread's cache, for the profiles' sums: a cache stays with its
+ * thread data, which outlive their threads (a new thread takes them up),
+ * so the counts of exited threads stay where they were. */
+static _Atomic(fw_prof_cache_t *) fw_prof_caches;
 
 /* ---- arithmetic without libm ------------------------------------------------ */
 
@@ -399,6 +419,10 @@ static FW_NOINLINE fw_prof_cache_t *fw_prof_cache_new(fw_tld_t *tld) {
   /* a write first: the memo's test would read the fresh page as zeros
    * (the OS's shared zero page, a fault) before writing it (another) */
   c->walks.valid = 0;
+  fw_prof_cache_t *head = atomic_load_explicit(&fw_prof_caches, memory_order_relaxed);
+  do c->all_next = head;
+  while (!atomic_compare_exchange_weak_explicit(&fw_prof_caches, &head, c, memory_order_release,
+                                                memory_order_relaxed));
   tld->prof_cache = c;
   return c;
 }
@@ -624,29 +648,105 @@ static void fw_prof_dump_growth(unsigned n) {
   if (fw_prof_dump(path) != 0) fw_message("warning: cannot write the heap profile %s\n", path);
 }
 
-FW_INLINE void fw_prof_forget(uint32_t site, size_t size, int64_t objects) {
-  int64_t space = fw_prof_space(objects, size);
+/* The calling thread's cache if it has one yet: NULL for a thread without
+ * a heap, or whose first sample this is. */
+FW_INLINE fw_prof_cache_t *fw_prof_cache_here(void) {
+  fw_heap_t *heap = FW_TLS(fw_tls_heap);
+  return heap != &fw_heap_empty ? heap->tld->prof_cache : NULL;
+}
+
+#define FW_SIDE_ALLOC 0
+#define FW_SIDE_FREED 2
+/* The site's shared counts: for a thread without a heap, a site beyond the
+ * thread's chunks, no memory, or under fw_prof_lock (no cache is made
+ * there: the metadata's lock is taken before this one around fork). */
+static void fw_prof_add_shared(uint32_t site, int side, int64_t objects, int64_t space) {
   fw_site_t *st = fw_site_at(site);
-  atomic_fetch_add_explicit(&st->freed_objects, objects, memory_order_relaxed);
-  atomic_fetch_add_explicit(&st->freed_space, space, memory_order_relaxed);
+  _Atomic(int64_t) *g = side == FW_SIDE_ALLOC ? &st->alloc_objects : &st->freed_objects;
+  atomic_fetch_add_explicit(&g[0], objects, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g[1], space, memory_order_relaxed); /* the _space next to it */
+}
+
+FW_INLINE void fw_tcount_add(_Atomic(int64_t) *v, int64_t x) {
+  atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + x, memory_order_release);
+}
+
+/* fw_prof_add without the thread's chunk of the site at hand: makes the
+ * cache (a thread whose first sample-related call is a free) and the
+ * chunk. */
+static FW_NOINLINE void fw_prof_add_more(fw_prof_cache_t *c, uint32_t site, int side, int64_t objects,
+                                         int64_t space) {
+  uint32_t k = site >> FW_TCOUNT_SHIFT;
+  if (!c) {
+    fw_heap_t *heap = FW_TLS(fw_tls_heap);
+    if (heap != &fw_heap_empty) c = fw_prof_cache_of(heap);
+  }
+  if (!c || k >= FW_TCOUNT_CHUNKS) {
+    fw_prof_add_shared(site, side, objects, space);
+    return;
+  }
+  fw_tcount_t *chunk = atomic_load_explicit(&c->counts[k], memory_order_relaxed);
+  if (!chunk) {
+    chunk = fw_meta_alloc(FW_TCOUNT_CHUNK * sizeof *chunk);
+    if (!chunk) {
+      fw_prof_add_shared(site, side, objects, space);
+      return;
+    }
+    atomic_store_explicit(&c->counts[k], chunk, memory_order_release);
+  }
+  _Atomic(int64_t) *v = &chunk[site & (FW_TCOUNT_CHUNK - 1)].v[side];
+  fw_tcount_add(&v[0], objects);
+  fw_tcount_add(&v[1], space);
+}
+
+/* Counts a sample's objects and space on side (FW_SIDE_ALLOC or
+ * FW_SIDE_FREED) of its site, in c, the calling thread's cache (NULL if it
+ * has none yet). The common case inline and without a call, so that a
+ * free of a sampled large block needs no stack frame. */
+FW_INLINE void fw_prof_add(fw_prof_cache_t *c, uint32_t site, int side, int64_t objects, int64_t space) {
+  uint32_t k = site >> FW_TCOUNT_SHIFT;
+  fw_tcount_t *chunk = fw_likely(c != NULL && k < FW_TCOUNT_CHUNKS)
+                           ? atomic_load_explicit(&c->counts[k], memory_order_relaxed)
+                           : NULL;
+  if (fw_unlikely(chunk == NULL)) {
+    fw_prof_add_more(c, site, side, objects, space);
+    return;
+  }
+  _Atomic(int64_t) *v = &chunk[site & (FW_TCOUNT_CHUNK - 1)].v[side];
+  fw_tcount_add(&v[0], objects);
+  fw_tcount_add(&v[1], space);
+}
+
+/* c: as for fw_prof_add; the count last, so that its slow case is a tail
+ * call */
+FW_INLINE void fw_prof_forget(fw_prof_cache_t *c, uint32_t site, size_t size, int64_t objects) {
+  int64_t space = fw_prof_space(objects, size);
   if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
+  fw_prof_add(c, site, FW_SIDE_FREED, objects, space);
+}
+
+/* Under fw_prof_lock. */
+static void fw_prof_forget_shared(uint32_t site, size_t size, int64_t objects) {
+  int64_t space = fw_prof_space(objects, size);
+  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
+  fw_prof_add_shared(site, FW_SIDE_FREED, objects, space);
 }
 
 /* A large block's sample, kept in its page descriptor: forgotten if it
  * has one. */
-FW_INLINE void fw_prof_forget_large(fw_page_t *page) {
+FW_INLINE void fw_prof_forget_large(fw_prof_cache_t *c, fw_page_t *page) {
   if (!atomic_load_explicit(&page->sampled, memory_order_relaxed)) return;
   atomic_store_explicit(&page->sampled, 0, memory_order_relaxed);
-  fw_prof_forget(atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size, page->prof_objects);
+  fw_prof_forget(c, atomic_load_explicit(&page->sampled_at, memory_order_relaxed), page->prof_size, page->prof_objects);
 }
 
 /* The sample a block of a page of sampled blocks keeps in its record:
  * forgotten if it has one. */
-static void fw_prof_forget_side(fw_page_t *page, fw_side_t *r) {
+static void fw_prof_forget_side(fw_prof_cache_t *c, fw_page_t *page, fw_side_t *r) {
   if (!r->site) return;
   uint32_t site = r->site;
   r->site = 0;
-  fw_prof_forget(site, r->size, r->objects);
+  fw_prof_forget(c, site, r->size, r->objects);
   fw_prof_uncount(page, false);
 }
 
@@ -703,9 +803,7 @@ FW_INLINE void fw_prof_record(fw_heap_t *heap, fw_page_t *page, void *p, size_t 
   /* the page's frees now come here: the flag fails the free fast path */
   if (!(fw_page_flags(page) & FW_PF_SAMPLED)) fw_page_flags_set(page, fw_page_flags(page) | FW_PF_SAMPLED);
   int64_t space = fw_prof_space(objects, size);
-  fw_site_t *st = fw_site_at(site);
-  atomic_fetch_add_explicit(&st->alloc_objects, objects, memory_order_relaxed);
-  atomic_fetch_add_explicit(&st->alloc_space, space, memory_order_relaxed);
+  fw_prof_add(c, site, FW_SIDE_ALLOC, objects, space);
   if (fw_prof_growth) fw_prof_grown(space);
 }
 
@@ -790,7 +888,7 @@ FW_INLINE void fw_prof_unflag(fw_page_t *page) {
  * block's way, whose free then keeps no registers of its own. */
 static FW_NOINLINE void fw_prof_free_block(fw_page_t *page, const void *b) {
   if (page->prof_side) {
-    fw_prof_forget_side(page, fw_prof_side(page, (uintptr_t)b));
+    fw_prof_forget_side(fw_prof_cache_here(), page, fw_prof_side(page, (uintptr_t)b));
   } else {
     /* the other frees from a page that holds a sample need not look it
      * up (prof.h) */
@@ -807,7 +905,7 @@ static FW_NOINLINE void fw_prof_free_block(fw_page_t *page, const void *b) {
       table = r != NULL;  /* a medium page's, counted as in the table */
     }
     if (site) {
-      fw_prof_forget(site, size, objects);
+      fw_prof_forget(fw_prof_cache_here(), site, size, objects);
       fw_prof_uncount(page, table);
     }
   }
@@ -819,10 +917,12 @@ void fw_prof_free(fw_page_t *page, const void *b) {
     fw_prof_free_block(page, b);
     return;
   }
-  fw_prof_forget_large(page);  /* one block: the record is the page's */
-  /* and none is left (fw_prof_unflag without the count, 0 now) */
+  /* one block: the record is the page's, and none is left after it
+   * (fw_prof_unflag without the count), so the flag goes first and the
+   * forget, last, may end in a tail call */
   if (atomic_load_explicit(&fw_page_segment(page)->thread_id, memory_order_relaxed) == fw_thread_id())
     fw_page_flags_set(page, fw_page_flags(page) & ~FW_PF_SAMPLED);
+  fw_prof_forget_large(fw_prof_cache_here(), page);
 }
 
 void fw_prof_forget_heap(const fw_heap_t *heap) {
@@ -832,7 +932,7 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     if (r->block <= 1) continue;
     fw_page_t *page = fw_ptr_page((void *)r->block);
     if (atomic_load_explicit(&page->heap, memory_order_relaxed) != heap) continue;
-    fw_prof_forget(r->site, r->size, r->objects);
+    fw_prof_forget_shared(r->site, r->size, r->objects);
     r->block = 1;
     fw_samples_live--;
     fw_prof_uncount(page, page->kind == FW_KIND_MEDIUM);
@@ -843,46 +943,77 @@ void fw_prof_forget_heap(const fw_heap_t *heap) {
     const fw_page_queue_t *q = c == FW_CLASS_COUNT + 1 ? &heap->full : &heap->queues[c];
     for (fw_page_t *pg = q->first; pg; pg = pg->next) {
       if (pg->kind == FW_KIND_LARGE) {
-        fw_prof_forget_large(pg);
+        fw_prof_forget_large(NULL, pg);
       } else if (pg->kind == FW_KIND_MEDIUM) {
         for (fw_page_t *r = pg + 1; r < pg + pg->slices; r++) {
           size_t size;
           int64_t objects;
           uint32_t site = fw_prof_slot_take(r, FW_SLOT_ANY, &size, &objects);
           if (!site) continue;
-          fw_prof_forget(site, size, objects);
+          fw_prof_forget(NULL, site, size, objects);
           fw_prof_uncount(pg, false);
         }
       } else if (pg->prof_side) {
         fw_side_t *r = fw_prof_side(pg, (uintptr_t)pg->area);
-        for (uint32_t i = 0; i < pg->capacity; i++) fw_prof_forget_side(pg, &r[i]);
+        for (uint32_t i = 0; i < pg->capacity; i++) fw_prof_forget_side(NULL, pg, &r[i]);
       }
     }
   }
 }
 
-/* A site's four counts: objects in 1/65536ths. In-use ones are read freed
- * side first, and may run ahead of a free made meanwhile, never behind. */
-static void fw_site_counts(const fw_site_t *st, int64_t v[4]) {
-  int64_t fo = atomic_load_explicit(&st->freed_objects, memory_order_acquire);
-  int64_t fs = atomic_load_explicit(&st->freed_space, memory_order_acquire);
-  v[0] = atomic_load_explicit(&st->alloc_objects, memory_order_acquire);
-  v[1] = atomic_load_explicit(&st->alloc_space, memory_order_acquire);
-  v[2] = v[0] - fo > 0 ? v[0] - fo : 0;
-  v[3] = v[1] - fs > 0 ? v[1] - fs : 0;
+/* Under the lock: every site's four counts (alloc_objects, alloc_space,
+ * inuse_objects, inuse_space; objects in 1/65536ths), the shared ones and
+ * every thread's added up, as an array of fw_sites_n + 1 lines of four
+ * (fw_os_unmap it, (fw_sites_n + 1) * 4 * 8 bytes); NULL without memory.
+ * Every free is read before any allocation, so that one seen freed is seen
+ * allocated too: in-use figures may run ahead of a free made meanwhile,
+ * never behind. */
+static size_t fw_prof_totals_bytes(uint32_t n) { return ((size_t)n + 1) * 4 * sizeof(int64_t); }
+
+static int64_t *fw_prof_totals(uint32_t n) {
+  int64_t *v = fw_os_map(fw_prof_totals_bytes(n), 0, 0);
+  if (!v) return NULL;
+  fw_prof_cache_t *all = atomic_load_explicit(&fw_prof_caches, memory_order_acquire);
+  for (int side = FW_SIDE_FREED; side >= FW_SIDE_ALLOC; side -= 2) {
+    for (uint32_t i = 1; i <= n; i++) {
+      const fw_site_t *st = fw_site_at(i);
+      const _Atomic(int64_t) *g = side == FW_SIDE_ALLOC ? &st->alloc_objects : &st->freed_objects;
+      v[4 * i + side] = atomic_load_explicit(&g[0], memory_order_acquire);
+      v[4 * i + side + 1] = atomic_load_explicit(&g[1], memory_order_acquire);
+    }
+    for (fw_prof_cache_t *c = all; c; c = c->all_next) {
+      for (uint32_t k = 0; k < FW_TCOUNT_CHUNKS && (k << FW_TCOUNT_SHIFT) <= n; k++) {
+        fw_tcount_t *chunk = atomic_load_explicit(&c->counts[k], memory_order_acquire);
+        if (!chunk) continue;
+        for (uint32_t j = 0; j < FW_TCOUNT_CHUNK; j++) {
+          uint32_t i = (k << FW_TCOUNT_SHIFT) + j;
+          if (i == 0 || i > n) continue;
+          v[4 * i + side] += atomic_load_explicit(&chunk[j].v[side], memory_order_acquire);
+          v[4 * i + side + 1] += atomic_load_explicit(&chunk[j].v[side + 1], memory_order_acquire);
+        }
+      }
+    }
+  }
+  for (uint32_t i = 1; i <= n; i++) {
+    int64_t *x = &v[4 * i];
+    x[2] = x[0] - x[2] > 0 ? x[0] - x[2] : 0;
+    x[3] = x[1] - x[3] > 0 ? x[1] - x[3] : 0;
+  }
+  return v;
 }
 
 void fw_prof_visit_inuse(void (*fn)(const uintptr_t *pcs, size_t npcs, double objects, double bytes, void *arg),
                          void *arg) {
   fw_lock_acquire(&fw_prof_lock);
-  for (uint32_t i = 1; i <= fw_sites_n; i++) {
+  uint32_t n = fw_sites_n;
+  int64_t *v = fw_prof_totals(n);
+  for (uint32_t i = 1; v && i <= n; i++) {
     const fw_site_t *st = fw_site_at(i);
-    int64_t v[4];
-    fw_site_counts(st, v);
-    double objects = (double)v[2] / (1 << FW_OBJ_SHIFT);
-    if (objects >= 0.5) fn(st->pcs, st->npcs, objects, (double)v[3], arg);
+    double objects = (double)v[4 * i + 2] / (1 << FW_OBJ_SHIFT);
+    if (objects >= 0.5) fn(st->pcs, st->npcs, objects, (double)v[4 * i + 3], arg);
   }
   fw_lock_release(&fw_prof_lock);
+  if (v) fw_os_unmap(v, fw_prof_totals_bytes(n));
 }
 
 /* ---- the profile ------------------------------------------------------------------- */
@@ -894,16 +1025,18 @@ int fw_prof_dump_fd(int fd) {
   fw_pprof_t *pp = fw_pprof_new(types, 4, period, (int64_t)fw_prof_rate);
   if (!pp) return -1;
   fw_lock_acquire(&fw_prof_lock);
-  for (uint32_t i = 1; i <= fw_sites_n; i++) {
+  uint32_t n = fw_sites_n;
+  int64_t *totals = fw_prof_totals(n);
+  for (uint32_t i = 1; totals && i <= n; i++) {
     const fw_site_t *st = fw_site_at(i);
-    int64_t v[4];
-    fw_site_counts(st, v);
+    int64_t *v = &totals[4 * i];
     v[0] = (v[0] + (1 << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT;
     v[2] = (v[2] + (1 << (FW_OBJ_SHIFT - 1))) >> FW_OBJ_SHIFT;
     fw_pprof_add(pp, st->pcs, st->npcs, v);
   }
   fw_lock_release(&fw_prof_lock);
-  bool ok = fw_pprof_write(pp, fd);
+  if (totals) fw_os_unmap(totals, fw_prof_totals_bytes(n));
+  bool ok = totals && fw_pprof_write(pp, fd);
   fw_pprof_free(pp);
   return ok ? 0 : -1;
 }
