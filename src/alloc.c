@@ -161,7 +161,10 @@
  *      one buffer for longer than a delay before it allocates the next
  *      would otherwise lose every freed one just before it wanted it. A
  *      thread keeps at most FREEWAY_SEGMENT_CACHE empty segments, each for
- *      a delay, then purged. At thread exit the thread's free memory is
+ *      a delay, then purged; of small and medium blocks, only as many as it
+ *      has lately put to use again while warm (at least 2), since a thread
+ *      that frees a burst and goes quiet never reaches the purge (segment.c,
+ *      fw_segment_cache_cap). At thread exit the thread's free memory is
  *      purged at once but for a little in each segment, kept warm for the
  *      thread that takes the segment over (and an empty segment with little
  *      resident in all, big buffers written at their ends, stays warm
