@@ -671,6 +671,13 @@ FW_INLINE void fw_tcount_add(_Atomic(int64_t) *v, int64_t x) {
   atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + x, memory_order_release);
 }
 
+/* The site's side in chunk, the thread's chunk of it. */
+FW_INLINE void fw_tcount_site_add(fw_tcount_t *chunk, uint32_t site, int side, int64_t objects, int64_t space) {
+  _Atomic(int64_t) *v = &chunk[site & (FW_TCOUNT_CHUNK - 1)].v[side];
+  fw_tcount_add(&v[0], objects);
+  fw_tcount_add(&v[1], space);
+}
+
 /* fw_prof_add without the thread's chunk of the site at hand: makes the
  * cache (a thread whose first sample-related call is a free) and the
  * chunk. */
@@ -694,9 +701,7 @@ static FW_NOINLINE void fw_prof_add_more(fw_prof_cache_t *c, uint32_t site, int 
     }
     atomic_store_explicit(&c->counts[k], chunk, memory_order_release);
   }
-  _Atomic(int64_t) *v = &chunk[site & (FW_TCOUNT_CHUNK - 1)].v[side];
-  fw_tcount_add(&v[0], objects);
-  fw_tcount_add(&v[1], space);
+  fw_tcount_site_add(chunk, site, side, objects, space);
 }
 
 /* Counts a sample's objects and space on side (FW_SIDE_ALLOC or
@@ -712,24 +717,26 @@ FW_INLINE void fw_prof_add(fw_prof_cache_t *c, uint32_t site, int side, int64_t 
     fw_prof_add_more(c, site, side, objects, space);
     return;
   }
-  _Atomic(int64_t) *v = &chunk[site & (FW_TCOUNT_CHUNK - 1)].v[side];
-  fw_tcount_add(&v[0], objects);
-  fw_tcount_add(&v[1], space);
+  fw_tcount_site_add(chunk, site, side, objects, space);
+}
+
+/* The bytes a freed sample stood for, taken off the growth profiles'
+ * estimate. */
+FW_INLINE int64_t fw_prof_freed_space(size_t size, int64_t objects) {
+  int64_t space = fw_prof_space(objects, size);
+  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
+  return space;
 }
 
 /* c: as for fw_prof_add; the count last, so that its slow case is a tail
  * call */
 FW_INLINE void fw_prof_forget(fw_prof_cache_t *c, uint32_t site, size_t size, int64_t objects) {
-  int64_t space = fw_prof_space(objects, size);
-  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
-  fw_prof_add(c, site, FW_SIDE_FREED, objects, space);
+  fw_prof_add(c, site, FW_SIDE_FREED, objects, fw_prof_freed_space(size, objects));
 }
 
 /* Under fw_prof_lock. */
 static void fw_prof_forget_shared(uint32_t site, size_t size, int64_t objects) {
-  int64_t space = fw_prof_space(objects, size);
-  if (fw_prof_growth) atomic_fetch_sub_explicit(&fw_prof_inuse, space, memory_order_relaxed);
-  fw_prof_add_shared(site, FW_SIDE_FREED, objects, space);
+  fw_prof_add_shared(site, FW_SIDE_FREED, objects, fw_prof_freed_space(size, objects));
 }
 
 /* A large block's sample, kept in its page descriptor: forgotten if it

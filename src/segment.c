@@ -281,6 +281,13 @@ static bool fw_segment_wants_huge(const fw_tld_t *tld, int kind, size_t chunks) 
 }
 static void fw_segment_make_huge(fw_segment_t *seg);
 
+/* The two kinds are counted apart, so that neither's empty segments count
+ * against the other's cap, nor a span segment's reuse raises the cap of
+ * segments of small blocks (rss.c's quiet_rounds_spans). */
+static size_t *fw_segments_empty(fw_tld_t *tld, const fw_segment_t *seg) {
+  return &tld->segments_empty[seg->kind == FW_KIND_SPAN];
+}
+
 static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size_t align, size_t offset,
                                     bool *is_zero) {
   fw_arena_t *arena = NULL;
@@ -342,7 +349,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
   atomic_store_explicit(&seg->thread_id, tld->thread_id, memory_order_release);
   fw_tld_link(tld, seg);
   fw_stat_add(segments, 1);
-  if (kind != FW_KIND_LARGE) tld->segments_empty++;  /* until its first page */
+  if (kind != FW_KIND_LARGE) (*fw_segments_empty(tld, seg))++;  /* until its first page */
   return seg;
 }
 
@@ -379,7 +386,7 @@ static void fw_segment_free(fw_tld_t *tld, fw_segment_t *seg) { fw_segment_free_
 
 void fw_segment_free_empty(fw_tld_t *tld, fw_segment_t *seg, bool purge) {
   FW_ASSERT(seg->pages_used == 0);
-  if (seg->kind != FW_KIND_LARGE) tld->segments_empty--;
+  if (seg->kind != FW_KIND_LARGE) (*fw_segments_empty(tld, seg))--;
   fw_segment_free_ex(tld, seg, purge);
 }
 
@@ -404,9 +411,10 @@ static size_t fw_segment_cache_cap(const fw_tld_t *tld, const fw_segment_t *seg)
 
 /* The segment's first page since it was empty; warm: its slots were not
  * purged meanwhile (is_zero false). */
-static void fw_segment_unempty(fw_tld_t *tld, bool is_zero) {
-  tld->segments_empty--;
-  if (!is_zero && tld->segments_reused < FW_SLICES) tld->segments_reused++;
+static void fw_segment_unempty(fw_tld_t *tld, const fw_segment_t *seg, bool is_zero) {
+  (*fw_segments_empty(tld, seg))--;
+  if (!is_zero && seg->kind != FW_KIND_SPAN && tld->segments_reused < (size_t)fw_opt(SEGMENT_CACHE))
+    tld->segments_reused++;
 }
 
 static void fw_page_slot_setup(fw_segment_t *seg, size_t slot, bool is_zero) {
@@ -470,7 +478,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
     fw_segment_make_huge(seg);
   uint64_t bits = fw_mask_low(n) << start;
   bool is_zero = fw_segment_take_slots(seg, bits);
-  if (seg->pages_used++ == 0) fw_segment_unempty(tld, is_zero);
+  if (seg->pages_used++ == 0) fw_segment_unempty(tld, seg, is_zero);
   fw_page_t *pg = &seg->pages[start];
   memset(pg, 0, sizeof *pg);
   pg->kind = FW_KIND_LARGE;
@@ -577,7 +585,7 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
   size_t slot = fw_ctz64(warm ? warm : seg->free_mask);
   if (slot >= FW_SLICES / seg->page_slices / 2 && fw_segment_upper_wants_huge(seg)) fw_segment_make_huge(seg);
   bool is_zero = fw_segment_take_slots(seg, (uint64_t)1 << slot);
-  if (seg->pages_used++ == 0) fw_segment_unempty(tld, is_zero);
+  if (seg->pages_used++ == 0) fw_segment_unempty(tld, seg, is_zero);
   fw_page_slot_setup(seg, slot, is_zero);
   FW_VALIDATE_SEGMENT(seg);
   return &seg->pages[slot * seg->page_slices];
@@ -797,11 +805,11 @@ static void fw_segment_page_free_ex(fw_tld_t *tld, fw_page_t *page, bool warm) {
      * delay (fw_segments_purge), so that memory freed and allocated again in
      * waves is not set up anew each time. */
     long delay = fw_opt(PURGE_DELAY);
-    if (delay == 0 || (delay > 0 && tld->segments_empty >= fw_segment_cache_cap(tld, seg))) {
+    if (delay == 0 || (delay > 0 && *fw_segments_empty(tld, seg) >= fw_segment_cache_cap(tld, seg))) {
       fw_segment_free_ex(tld, seg, true);
       return;
     }
-    tld->segments_empty++;
+    (*fw_segments_empty(tld, seg))++;
   }
   fw_segment_release_slots(tld, seg, bits, warm);
   FW_VALIDATE_SEGMENT(seg);
@@ -823,8 +831,8 @@ void fw_segments_purge(fw_tld_t *tld, uint64_t now, bool force) {
     if (seg->pages_used == 0 && seg->kind != FW_KIND_LARGE && (force || seg->purge_due <= now)) {
       /* kept empty for a delay: now it goes, and its memory with it (in the
        * arena it would stay committed for another delay) */
+      unused |= seg->kind != FW_KIND_SPAN;
       fw_segment_free_empty(tld, seg, true);
-      unused = true;
       continue;
     }
     uint64_t dirty = seg->dirty_mask & seg->free_mask;

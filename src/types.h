@@ -282,10 +282,12 @@ struct fw_tld_s {
   fw_segment_t *span_bins[FW_SLICES]; /* span segments by longest free run */
   uint64_t span_binmap;             /* bit k: span_bins[k] is not empty */
   uint64_t purge_due;               /* earliest dirty page deadline (ms) */
-  size_t segments_empty;            /* owned segments with no page in use */
-  size_t segments_reused;           /* empty segments put to use again while
-                                       still warm, halved at each purge pass that
-                                       gives some back (fw_segment_cache_cap) */
+  size_t segments_empty[2];         /* owned segments with no page in use: [0]
+                                       of small and medium blocks, [1] spans */
+  size_t segments_reused;           /* empty segments of small and medium blocks
+                                       put to use again while still warm, halved
+                                       at each purge pass that gives some back
+                                       (fw_segment_cache_cap) */
   size_t segments_small;            /* owned segments of small pages */
   bool calloc_untouched;            /* has handed out a medium block by calloc
                                        without writing it (fresh memory) */

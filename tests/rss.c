@@ -18,6 +18,8 @@
  *                  keeps (FREEWAY_SEGMENT_CACHE) must give the rest back;
  *   quiet_rounds:  the same in a thread with the default cap: it keeps few
  *                  segments warm until it has reused some, then more;
+ *                  quiet_rounds_spans: with empty segments of big blocks
+ *                  held beside them;
  *   thp_advice:    the mapping blocks lie in carries the transparent huge
  *                  page advice FREEWAY_THP asks for (run with the default 2 and
  *                  with 1);
@@ -221,6 +223,7 @@ static void t_quiet(void) {
  * here, against all of it (139 MiB) with the cache's cap alone. */
 enum { QR_ROUNDS = 7 };
 typedef struct {
+  int spans;              /* empty segments of big blocks to hold first */
   size_t kept[QR_ROUNDS]; /* RSS after the frees over before the round */
   long faults[QR_ROUNDS];
 } quiet_rounds_job;
@@ -229,6 +232,16 @@ static void *quiet_rounds_thread(void *arg) {
   quiet_rounds_job *j = arg;
   const size_t total = 128 * MiB;
   char **v = fwt_scratch(total / 16 * sizeof *v);
+  /* blocks of 1.5 MiB, two to a segment of big blocks, written whole and
+   * freed: those segments stay empty with the thread (above the large-block
+   * cache's sizes, they go back to their segment at once) */
+  char *big[16];
+  for (int i = 0; i < 2 * j->spans; i++) {
+    big[i] = A.malloc(3 * MiB / 2);
+    CHECK(big[i] != NULL);
+    memset(big[i], 0x2a, 3 * MiB / 2);
+  }
+  for (int i = 0; i < 2 * j->spans; i++) A.free(big[i]);
   for (int round = 0; round < QR_ROUNDS; round++) {
     size_t r0 = fwt_rss(), n = 0, bytes = 0;
     struct rusage u0, u1;
@@ -253,12 +266,12 @@ static void *quiet_rounds_thread(void *arg) {
   return NULL;
 }
 
-static void t_quiet_rounds(void) {
+static void quiet_rounds(int spans) {
   const char *e = getenv("FREEWAY_PURGE_DELAY");
   CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
   long cache = X.option_get("segment_cache");
   CHECKF(cache >= 16, "segment_cache is %ld: run this section with the default (32)", cache);
-  quiet_rounds_job j;
+  quiet_rounds_job j = {.spans = spans};
   pthread_t t;
   CHECK(pthread_create(&t, NULL, quiet_rounds_thread, &j) == 0);
   CHECK(pthread_join(t, NULL) == 0);
@@ -271,6 +284,13 @@ static void t_quiet_rounds(void) {
          "round %d took %ld page faults against the first round's %ld: the segments the thread reuses were purged",
          QR_ROUNDS - 1, j.faults[QR_ROUNDS - 1], j.faults[0]);
 }
+
+static void t_quiet_rounds(void) { quiet_rounds(0); }
+
+/* The same in a thread that holds empty segments of big blocks too: those
+ * are kept by FREEWAY_SEGMENT_CACHE, and must neither count against the
+ * few segments of small blocks the thread keeps nor make it keep more. */
+static void t_quiet_rounds_spans(void) { quiet_rounds(6); }
 
 static long minor_faults(void) {
   struct rusage ru;
@@ -726,6 +746,7 @@ static const fwt_section sections[] = {
   {"_purge_delay0", t_purge_delay0},
   {"_quiet", t_quiet},
   {"_quiet_rounds", t_quiet_rounds},
+  {"_quiet_rounds_spans", t_quiet_rounds_spans},
   {"_burst_purged", t_burst_purged},
   {"large_reuse", t_large_reuse},
   {"_large_ends", t_large_ends},

@@ -27,6 +27,9 @@ static fw_tld_t *test_tld(void) {
 
 static size_t live_segments(void) { return it_stats().segments; }
 
+/* The thread's empty segments of both kinds (types.h, segments_empty). */
+static size_t empties(const fw_tld_t *tld) { return tld->segments_empty[0] + tld->segments_empty[1]; }
+
 static bool owns(const fw_tld_t *tld, const fw_segment_t *seg) {
   for (const fw_segment_t *s = tld->segments; s; s = s->next)
     if (s == seg) return true;
@@ -114,7 +117,7 @@ static void t_segment_span(void) {
   CHECK(((uintptr_t)s1 & FW_SEGMENT_MASK) == 0);
   check_span(a, s1, 1, 4);   /* slot 0 holds the header and serves no span */
   CHECK(a->is_zero);
-  CHECK(s1->free_mask == bits(5, 64) && s1->pages_used == 1 && tld->segments_empty == 0);
+  CHECK(s1->free_mask == bits(5, 64) && s1->pages_used == 1 && empties(tld) == 0);
   CHECK(fw_page_flags(&s1->pages[5]) & FW_PF_UNUSED);
   check_bins(tld);
   CHECK(s1->span_bin == 59);
@@ -187,10 +190,10 @@ static void t_segment_span(void) {
   fw_page_t *all[] = {a, c, e, f, g, h, i, j, k, l, m, w3, w6, w7};
   for (size_t x = 0; x < IT_COUNT(all); x++) span_free(tld, all[x]);
   CHECK(s1->free_mask == bits(1, 64) && s2->free_mask == bits(1, 64) && s3->free_mask == bits(1, 64));
-  CHECK(s1->pages_used == 0 && s2->pages_used == 0 && s3->pages_used == 0 && tld->segments_empty == 3);
+  CHECK(s1->pages_used == 0 && s2->pages_used == 0 && s3->pages_used == 0 && empties(tld) == 3);
   CHECK(owns(tld, s1) && owns(tld, s2) && owns(tld, s3));
   fw_segments_purge(tld, fw_os_clock_ms(), true);
-  CHECK(tld->segments == NULL && tld->segments_empty == 0 && tld->span_binmap == 0);
+  CHECK(tld->segments == NULL && empties(tld) == 0 && tld->span_binmap == 0);
   check_bins(tld);
 }
 
@@ -343,9 +346,9 @@ static void t_segment_page_free(void) {
   CHECK(ms->pages_used == 0 && ms->free_mask == bits(0, 8) && owns(tld, ms));
 
   for (size_t i = 0; i < FW_SLICES; i++) fw_segment_page_free(tld, pages[i]);
-  CHECK(s->pages_used == 0 && s->free_mask == ~(uint64_t)0 && tld->segments_empty == 2);
+  CHECK(s->pages_used == 0 && s->free_mask == ~(uint64_t)0 && empties(tld) == 2);
   fw_segments_purge(tld, fw_os_clock_ms(), true);
-  CHECK(tld->segments == NULL && tld->segments_empty == 0);
+  CHECK(tld->segments == NULL && empties(tld) == 0);
   CHECK(tld->segments_free[FW_KIND_SMALL] == NULL && tld->segments_free[FW_KIND_MEDIUM] == NULL);
 }
 
@@ -504,25 +507,25 @@ static void t_segment_cache(void) {
   const size_t seg0 = live_segments();
   fw_page_t *pg = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
   fw_segment_t *s = fw_page_segment(pg);
-  CHECK(live_segments() == seg0 + 1 && tld->segments_empty == 0);
+  CHECK(live_segments() == seg0 + 1 && empties(tld) == 0);
   memset(pg->area, 0x77, 4096);
   const unsigned char *touched = pg->area;
 
   /* its last page gone, the segment stays with the thread */
   fw_segment_page_free(tld, pg);
-  CHECK(s->pages_used == 0 && owns(tld, s) && tld->segments_empty == 1);
+  CHECK(s->pages_used == 0 && owns(tld, s) && empties(tld) == 1);
   CHECK(atomic_load(&s->thread_id) == fw_thread_id() && live_segments() == seg0 + 1);
   fw_page_t *pg2 = fw_segment_page_alloc(tld, FW_KIND_SMALL, false);  /* and serves again */
-  CHECK(pg2 == pg && tld->segments_empty == 0);
+  CHECK(pg2 == pg && empties(tld) == 0);
   fw_segment_page_free(tld, pg2);
-  CHECK(tld->segments_empty == 1);
+  CHECK(empties(tld) == 1);
 
   /* a purge pass before its delay keeps it, one after frees it */
   CHECK(s->purge_due != 0);
   fw_segments_purge(tld, s->purge_due - 1, false);
-  CHECK(owns(tld, s) && tld->segments_empty == 1);
+  CHECK(owns(tld, s) && empties(tld) == 1);
   fw_segments_purge(tld, s->purge_due, false);
-  CHECK(!owns(tld, s) && tld->segments == NULL && tld->segments_empty == 0);
+  CHECK(!owns(tld, s) && tld->segments == NULL && empties(tld) == 0);
   CHECK(tld->segments_free[FW_KIND_SMALL] == NULL);
   CHECK(live_segments() == seg0 && atomic_load(&s->thread_id) == 0);
   /* its chunk went back to the arena purged: it has waited its delay once
@@ -540,9 +543,9 @@ static void t_segment_cache(void) {
   pg = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
   s = fw_page_segment(pg);
   fw_segment_page_free(tld, pg);
-  CHECK(owns(tld, s) && tld->segments_empty == 1 && live_segments() == seg0 + 1);
+  CHECK(owns(tld, s) && empties(tld) == 1 && live_segments() == seg0 + 1);
   fw_segments_purge(tld, fw_os_clock_ms(), true);
-  CHECK(!owns(tld, s) && tld->segments == NULL && tld->segments_empty == 0 && live_segments() == seg0);
+  CHECK(!owns(tld, s) && tld->segments == NULL && empties(tld) == 0 && live_segments() == seg0);
 
   /* beyond FREEWAY_SEGMENT_CACHE an emptied segment goes at once, purged */
   CHECK(fw_option_set("segment_cache", 1) == 0);
@@ -552,13 +555,13 @@ static void t_segment_cache(void) {
   CHECK(sx != sy && live_segments() == seg0 + 2);
   memset(y->area, 0x44, 4096);
   fw_segment_page_free(tld, x);
-  CHECK(owns(tld, sx) && tld->segments_empty == 1);
+  CHECK(owns(tld, sx) && empties(tld) == 1);
   fw_segment_page_free(tld, y);
-  CHECK(!owns(tld, sy) && owns(tld, sx) && tld->segments_empty == 1 && live_segments() == seg0 + 1);
+  CHECK(!owns(tld, sy) && owns(tld, sx) && empties(tld) == 1 && live_segments() == seg0 + 1);
   check_bins(tld);
   fw_arena_purge(0, true);  /* sx's old chunk, and s's */
   fw_segments_purge(tld, fw_os_clock_ms(), true);
-  CHECK(tld->segments == NULL && tld->segments_empty == 0 && live_segments() == seg0);
+  CHECK(tld->segments == NULL && empties(tld) == 0 && live_segments() == seg0);
 
   /* purge delay 0: an emptied segment goes at once */
   CHECK(fw_option_set("segment_cache", 32) == 0);
@@ -566,14 +569,14 @@ static void t_segment_cache(void) {
   pg = fw_segment_page_alloc(tld, FW_KIND_MEDIUM, true);
   s = fw_page_segment(pg);
   fw_segment_page_free(tld, pg);
-  CHECK(!owns(tld, s) && tld->segments == NULL && tld->segments_empty == 0 && live_segments() == seg0);
+  CHECK(!owns(tld, s) && tld->segments == NULL && empties(tld) == 0 && live_segments() == seg0);
   CHECK(fw_option_set("purge_delay", 100000) == 0);
 
   /* large segments are never kept */
   fw_page_t *lg = fw_segment_large_alloc(tld, (size_t)5 << 20, 16);
   CHECK(lg != NULL);
   fw_segment_t *ls = fw_page_segment(lg);
-  CHECK(ls->kind == FW_KIND_LARGE && ls->chunks == 2 && !ls->direct && tld->segments_empty == 0);
+  CHECK(ls->kind == FW_KIND_LARGE && ls->chunks == 2 && !ls->direct && empties(tld) == 0);
   CHECK(lg->area == (uint8_t *)ls + FW_SEGMENT_HEADER && lg->block_size == ls->size - FW_SEGMENT_HEADER);
   CHECK(fw_ptr_page(lg->area) == lg);  /* a block is looked up by its start */
   fw_segment_page_free(tld, lg);
