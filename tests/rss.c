@@ -30,6 +30,8 @@
  *                  where an earlier block ended where this one will);
  *   medium_reuse:  the same with medium blocks: free blocks of the class's
  *                  other pages serve before a page carves a new one;
+ *   sampled_burst: the same under the heap profiler (libfreeway-prof.so):
+ *                  the pages its samples went to go back with the rest;
  *   exit_abandoned, exit_empty: a thread that frees a burst and exits gives
  *                  the memory back as it exits, whether its segments keep a
  *                  few live blocks or none, with a purge delay of a minute. */
@@ -291,6 +293,58 @@ static void t_quiet_rounds(void) { quiet_rounds(0); }
  * are kept by FREEWAY_SEGMENT_CACHE, and must neither count against the
  * few segments of small blocks the thread keeps nor make it keep more. */
 static void t_quiet_rounds_spans(void) { quiet_rounds(6); }
+
+/* A thread whose burst the heap profiler samples (run under
+ * libfreeway-prof.so with FREEWAY_PROFILE=1 and a short rate) frees it all
+ * and stays, with a purge delay of a minute and a cache of 2 empty
+ * segments: the pages the samples were moved to (prof.c) empty with the
+ * rest and must not hold their segments, whose other free slots would stay
+ * committed with them. The same burst without sampling leaves the thread
+ * with its current page of each size and the two segments of the cache. */
+static void *sampled_burst_thread(void *arg) {
+  size_t *out = arg;
+  const size_t total = 64 * MiB;
+  char **v = fwt_scratch(total / 16 * sizeof *v);
+  fw_stats_t st;
+  fwt_stats(&st);
+  size_t s0 = st.segments, n = 0, bytes = 0;
+  fwt_rng r;
+  fwt_rng_init(&r, 33);
+  while (bytes < total) {
+    size_t sz = fwt_range(&r, 49, 64);
+    char *p = A.malloc(sz);
+    CHECK(p != NULL);
+    memset(p, 0x4b, sz);
+    v[n++] = p;
+    bytes += sz;
+  }
+  fwt_stats(&st);
+  size_t s1 = st.segments;
+  for (size_t i = 0; i < n; i++) A.free(v[i]);
+  fwt_stats(&st);
+  out[0] = s0, out[1] = s1, out[2] = st.segments;
+  fwt_scratch_free(v, total / 16 * sizeof *v);
+  return NULL;
+}
+
+static void t_sampled_burst(void) {
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
+  CHECKF(X.option_get("segment_cache") == 2, "run this section with FREEWAY_SEGMENT_CACHE=2");
+  size_t s[3];
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, sampled_burst_thread, s) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  fwt_log("sampled_burst: %zu segments before the burst, %zu with it, %zu after its frees", s[0], s[1], s[2]);
+  CHECKF(s[1] >= s[0] + 16, "the burst took %zu segments: too few to tell", s[1] - s[0]);
+  /* 4 more than before the burst under libfreeway.so, which takes no
+   * samples, and under libfreeway-prof.so now; 5 when the emptied page the
+   * next sample would have come from stayed */
+  CHECKF(s[2] <= s[0] + 4,
+         "a sampled thread that freed a burst of 64 MiB and stayed quiet still holds %zu segments (%zu before it): "
+         "the emptied pages of its samples hold their segments",
+         s[2], s[0]);
+}
 
 static long minor_faults(void) {
   struct rusage ru;
@@ -747,6 +801,7 @@ static const fwt_section sections[] = {
   {"_quiet", t_quiet},
   {"_quiet_rounds", t_quiet_rounds},
   {"_quiet_rounds_spans", t_quiet_rounds_spans},
+  {"_sampled_burst", t_sampled_burst},
   {"_burst_purged", t_burst_purged},
   {"large_reuse", t_large_reuse},
   {"_large_ends", t_large_ends},
