@@ -266,7 +266,6 @@ void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t block_siz
   fw_page_extend(page);
 }
 
-#define FW_XFREE_WALK_MAX 32
 void fw_page_collect(fw_page_t *page) {
   uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
   if ((x & ~FW_XFREE_DELAYED) == 0) return;
@@ -277,19 +276,24 @@ void fw_page_collect(fw_page_t *page) {
   if (!list) return;
   uint32_t n = FW_XFREE_COUNT(x);
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
-  /* A long list becomes the local one as it is: its last block links to
-   * the list's end, and the pops check every link as they come to it
-   * (remote frees are other threads' writes: the owner's first touch of
-   * each block is then the pop that hands it out, not a walk that waits on
-   * one miss after another). Walked when the count is not known, when the
-   * local list is not empty (the walk finds the tail), when the count would
-   * leave the page no live block (a double free among them: the walk sees
-   * it before the page goes), and when the list is short: such a walk costs
-   * little and leaves the blocks in the cache for the pops.
-   * (xmalloc's lists of 8 B-1 KiB blocks, mostly 33 to 512 long, took 0.76
-   * of the time without the walk; prodcons', mostly up to 32, took 1.09 to
-   * 1.15 times as long and twice the peak RSS with every walk left out.) */
-  if (n > FW_XFREE_WALK_MAX && n < page->used && page->free == FW_LIST_END) {
+  /* A list whose count is known becomes the local one as it is: its last
+   * block links to the list's end, and the pops check every link as they
+   * come to it (remote frees are other threads' writes: the owner's first
+   * touch of each block is then the pop that hands it out, not a walk that
+   * waits on one miss after another). Walked when the count is not known,
+   * when the local list is not empty (the walk finds the tail), and when
+   * the count would leave the page no live block (a double free among
+   * them: the walk sees it before the page goes). Short lists were walked
+   * too, to leave their blocks in the cache for the pops; in
+   * bench_prodcons (1 pair, lists mostly up to 32 blocks) the walk's loads
+   * were 20 % of the cycles (perf), each waiting on the line the consumer
+   * had just written. Left as they are, interleaved runs, medians of 21:
+   * bench_prodcons 1 pair 71.3 -> 64.3 ms, 2 pairs 301 -> 274 ms,
+   * bench_xmalloc 1P+1C 8 B-16 KiB 255 -> 230 ms, 8 B-1 KiB 279 -> 285
+   * ms (an earlier measurement, on the code of its day, had found
+   * prodcons 1.09 to 1.15 times as long without the walk of lists up to
+   * 32). */
+  if (n && n < page->used && page->free == FW_LIST_END) {
     page->free = list;
     page->used -= n;
     page->frees += n;
