@@ -142,9 +142,10 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
 /* Transparent huge pages (FREEWAY_THP=2) for a new segment of small pages
  * once the thread holds FW_THP_AFTER of them already. A segment is made
  * only when every one the thread holds is full, so the thread has filled
- * that many (4 MiB) when it has carved them into blocks (below); the rounding of huge pages (at most the 2 MiB half
- * segment being filled, whose pages would otherwise come in 4 KiB at a
- * time) is then small beside what it holds, while one fault brings in 512
+ * that many (4 MiB) if it has carved them into blocks (which is checked:
+ * fw_segment_small_carved); the rounding of huge pages (at most the 2 MiB
+ * half segment being filled, whose pages would otherwise come in 4 KiB at
+ * a time) is then small beside what it holds, while one fault brings in 512
  * pages, for far less kernel time per byte (measured on a 2-core VM: 100
  * MiB written once took 5 ms in huge pages, 35 to 45 ms in 4 KiB ones). A
  * thread below that keeps 4 KiB pages, so that a small program's RSS tracks
@@ -273,12 +274,13 @@ void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page) {
   tld->big_wait = (uint16_t)(tld->big_every - 1);
 }
 
-/* ... and only if the thread's newest segments of small pages (up to
- * FW_THP_LOOK) have FW_THP_CARVED_EIGHTHS of their bytes carved into
- * blocks. Every slot taken is not every byte written: a thread that keeps
- * a few blocks of each of many sizes takes a page for each (64 KiB) and
- * carves little of it, and its second segment in huge pages would be
- * mostly memory it never writes. Measured as the segment is made: a thread
+/* A new segment of small pages gets huge pages (FW_THP_AFTER, above) only
+ * if the thread's newest segments of small pages (up to FW_THP_LOOK) have
+ * FW_THP_CARVED_EIGHTHS of their bytes carved into blocks. Every slot
+ * taken is not every byte written: a thread that keeps a few blocks of
+ * each of many sizes takes a page for each (64 KiB) and carves little of
+ * it, and its second segment in huge pages would be mostly memory it
+ * never writes. Measured as the segment is made: a thread
  * piling blocks up has carved 0.77 to 0.96 of them (bench_churn,
  * bench_frag), bench_rptest's 16 threads 0.39 to 0.46, bench_xmalloc's
  * producers 0.34 to 0.41, bench_prodcons' 0.42 to 0.52. */
