@@ -215,6 +215,23 @@ static void t_quiet(void) {
   burst_dropped_at_once(7, "quiet", "with a 60 s purge delay, empty segments beyond segment_cache were kept");
 }
 
+/* Fills v with blocks of random sizes in [lo, hi], each written whole,
+ * until they hold total bytes; returns how many. */
+static size_t fill_random(char **v, size_t total, uint64_t seed, size_t lo, size_t hi, int byte) {
+  size_t n = 0, bytes = 0;
+  fwt_rng r;
+  fwt_rng_init(&r, seed);
+  while (bytes < total) {
+    size_t sz = fwt_range(&r, lo, hi);
+    char *p = A.malloc(sz);
+    CHECK(p != NULL);
+    memset(p, byte, sz);
+    v[n++] = p;
+    bytes += sz;
+  }
+  return n;
+}
+
 /* A thread frees a burst of 128 MiB of small blocks (32 segments) and stays
  * (no exit, no more calls, a purge delay of a minute): it keeps few of the
  * emptied segments, as it has not yet shown it reuses them; then it does
@@ -245,19 +262,10 @@ static void *quiet_rounds_thread(void *arg) {
   }
   for (int i = 0; i < 2 * j->spans; i++) A.free(big[i]);
   for (int round = 0; round < QR_ROUNDS; round++) {
-    size_t r0 = fwt_rss(), n = 0, bytes = 0;
+    size_t r0 = fwt_rss();
     struct rusage u0, u1;
     getrusage(RUSAGE_THREAD, &u0);
-    fwt_rng r;
-    fwt_rng_init(&r, 21);
-    while (bytes < total) {
-      size_t sz = fwt_range(&r, 16, 1024);
-      char *p = A.malloc(sz);
-      CHECK(p != NULL);
-      memset(p, 0x3c, sz);
-      v[n++] = p;
-      bytes += sz;
-    }
+    size_t n = fill_random(v, total, 21, 16, 1024, 0x3c);
     getrusage(RUSAGE_THREAD, &u1);
     for (size_t i = 0; i < n; i++) A.free(v[i]);
     size_t r1 = fwt_rss();
@@ -299,25 +307,15 @@ static void t_quiet_rounds_spans(void) { quiet_rounds(6); }
  * and stays, with a purge delay of a minute and a cache of 2 empty
  * segments: the pages the samples were moved to (prof.c) empty with the
  * rest and must not hold their segments, whose other free slots would stay
- * committed with them. The same burst without sampling leaves the thread
- * with its current page of each size and the two segments of the cache. */
+ * committed with them. */
 static void *sampled_burst_thread(void *arg) {
   size_t *out = arg;
   const size_t total = 64 * MiB;
   char **v = fwt_scratch(total / 16 * sizeof *v);
   fw_stats_t st;
   fwt_stats(&st);
-  size_t s0 = st.segments, n = 0, bytes = 0;
-  fwt_rng r;
-  fwt_rng_init(&r, 33);
-  while (bytes < total) {
-    size_t sz = fwt_range(&r, 49, 64);
-    char *p = A.malloc(sz);
-    CHECK(p != NULL);
-    memset(p, 0x4b, sz);
-    v[n++] = p;
-    bytes += sz;
-  }
+  size_t s0 = st.segments;
+  size_t n = fill_random(v, total, 33, 49, 64, 0x4b);
   fwt_stats(&st);
   size_t s1 = st.segments;
   for (size_t i = 0; i < n; i++) A.free(v[i]);
