@@ -28,9 +28,10 @@
  *     The "p - 1" lets a block of a huge alignment start exactly one segment
  *     after its header.
  *     Memory comes in 4 KiB pages, one page fault each, but for a thread
- *     that has filled two segments of small pages, whose next ones ask for
- *     transparent huge pages (FREEWAY_THP; one fault per 2 MiB, a fraction
- *     of the kernel time), the rounding being small beside what it holds;
+ *     that has filled a segment of small pages and carved most of it into
+ *     blocks, whose next ones ask for transparent huge pages (FREEWAY_THP;
+ *     one fault per 2 MiB, a fraction of the kernel time), the rounding
+ *     being small beside what it holds;
  *     for blocks above 4 MiB, which are mostly written whole; and for
  *     blocks of 1 to 4 MiB from a thread whose frees of such blocks show
  *     them written through (segment.c, fw_segment_big_look: a look now and
