@@ -143,7 +143,7 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
  * once the thread holds FW_THP_AFTER of them already. A segment is made
  * only when every one the thread holds is full, so the thread has filled
  * that many (4 MiB) if it has carved them into blocks (which is checked:
- * fw_segment_small_carved); the rounding of huge pages (at most the 2 MiB
+ * fw_segment_small_dense); the rounding of huge pages (at most the 2 MiB
  * half segment being filled, whose pages would otherwise come in 4 KiB at
  * a time) is then small beside what it holds, while one fault brings in 512
  * pages, for far less kernel time per byte (measured on a 2-core VM: 100
@@ -286,30 +286,26 @@ void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page) {
  * producers 0.34 to 0.41, bench_prodcons' 0.42 to 0.52. */
 #define FW_THP_LOOK 2
 #define FW_THP_CARVED_EIGHTHS 5
-/* The bytes carved into blocks in the page slots of the thread's newest
- * FW_THP_LOOK segments of small pages, and the bytes of those segments. */
-static void fw_segment_small_carved(const fw_tld_t *tld, size_t *carved, size_t *bytes) {
-  size_t n = 0;
-  *carved = *bytes = 0;
+/* Whether the thread's newest FW_THP_LOOK segments of small pages have
+ * FW_THP_CARVED_EIGHTHS of their bytes carved into blocks. */
+static bool fw_segment_small_dense(const fw_tld_t *tld) {
+  size_t n = 0, carved = 0;
   for (const fw_segment_t *seg = tld->segments; seg && n < FW_THP_LOOK; seg = seg->next) {
     if (seg->kind != FW_KIND_SMALL) continue;
     n++;
-    *bytes += FW_SEGMENT_SIZE;
     for (uint64_t used = ~seg->free_mask & fw_mask_low(seg->pages_total); used; used &= used - 1) {
       const fw_page_t *pg = &seg->pages[fw_ctz64(used)];
-      *carved += (size_t)pg->capacity * pg->block_size;
+      carved += (size_t)pg->capacity * pg->block_size;
     }
   }
+  return carved >= n * FW_SEGMENT_SIZE / 8 * FW_THP_CARVED_EIGHTHS;
 }
 
 static bool fw_segment_wants_huge(const fw_tld_t *tld, int kind, size_t chunks) {
   if (fw_opt(PURGE_DELAY) == 0) return false;
   if (kind == FW_KIND_LARGE) return chunks >= FW_THP_LARGE_CHUNKS || fw_segment_big_whole(tld);
   if (kind == FW_KIND_SPAN) return fw_segment_big_whole(tld);
-  if (kind != FW_KIND_SMALL || tld->segments_small < FW_THP_AFTER) return false;
-  size_t carved, bytes;
-  fw_segment_small_carved(tld, &carved, &bytes);
-  return carved >= bytes / 8 * FW_THP_CARVED_EIGHTHS;
+  return kind == FW_KIND_SMALL && tld->segments_small >= FW_THP_AFTER && fw_segment_small_dense(tld);
 }
 static void fw_segment_make_huge(fw_segment_t *seg);
 

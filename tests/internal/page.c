@@ -365,9 +365,10 @@ static bool in_list(const fw_block_t *l, const fw_block_t *b) {
   return false;
 }
 
-/* 64 B blocks: the remote list is short and the owner walks it; 16 B
- * blocks: it is long (over FW_XFREE_WALK_MAX, 32) and, counted, becomes
- * the local list without a walk. */
+/* A remote list of every other block of a page, short (64 B blocks) or
+ * long (16 B): counted (64-bit builds), it becomes the empty local list as
+ * it is, whatever its length; below, a block freed remotely while the
+ * local list holds one is walked onto it. */
 static void page_collect(size_t size) {
   fw_heap_t *heap = test_heap();
   const size_t cls = fw_size_class(size);
