@@ -15,7 +15,8 @@
 #include "stats.h"
 #include <string.h>
 
-fw_heap_t fw_heap_empty = {.direct = {[0 ... FW_DIRECT_SLOTS - 1] = &fw_page_empty}};
+fw_heap_t fw_heap_empty = {.direct = {[0 ... FW_DIRECT_SLOTS - 1] = &fw_page_empty},
+                            .cdirect = {[0 ... FW_CLASS_COUNT - 1] = &fw_page_empty}};
 FW_THREAD_LOCAL fw_heap_t *fw_tls_heap = &fw_heap_empty;
 
 static fw_lock_t fw_heap_pool_lock = FW_LOCK_INIT;

@@ -110,12 +110,19 @@ static void fw_direct_fill(fw_page_t **w, fw_page_t **end, fw_page_t *page) {
   for (; w < end; w++) *w = page;
 }
 
-void fw_direct_reset(fw_heap_t *heap) { fw_direct_fill(heap->direct, heap->direct + FW_DIRECT_SLOTS, &fw_page_empty); }
+void fw_direct_reset(fw_heap_t *heap) {
+  fw_direct_fill(heap->direct, heap->direct + FW_DIRECT_SLOTS, &fw_page_empty);
+  fw_direct_fill(heap->cdirect, heap->cdirect + FW_CLASS_COUNT, &fw_page_empty);
+}
 
 static void fw_direct_set(fw_heap_t *heap, size_t cls, fw_page_t *page) {
   /* cautious mode and the secure level keep every slot empty so that all
    * calls are checked */
-  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1] || fw_opt(CAUTIOUS) || fw_secure) return;
+  if (fw_opt(CAUTIOUS) || fw_secure) return;
+  if (cls > fw_direct_cls[FW_DIRECT_SLOTS - 1]) {
+    if (cls < FW_CLASS_COUNT) heap->cdirect[cls] = page;
+    return;
+  }
   fw_direct_fill(&heap->direct[fw_direct_first[cls]], &heap->direct[fw_direct_end[cls]], page);
 }
 

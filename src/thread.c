@@ -168,6 +168,10 @@ static void fw_thread_done(void *arg) {
 }
 
 void *fw_malloc_slow(size_t size, fw_heap_t *heap) {
+  if (fw_size_in_cdirect(size)) {
+    void *b = fw_malloc_class_fast(heap, size);  /* fw_heap_empty's name fw_page_empty */
+    if (fw_likely(b != NULL)) return b;
+  }
   if (fw_unlikely(heap == &fw_heap_empty)) return fw_thread_alloc(FW_OP_MALLOC, NULL, size, 0);
   return fw_malloc_generic(size, heap);
 }
