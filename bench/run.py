@@ -6,12 +6,13 @@ allocators, all swapped in with LD_PRELOAD over the same binaries.
     python3 bench/run.py --only frag32      # the 32-bit experiment (needs BUILD/m32)
     python3 bench/run.py --full             # the seeds' own scale
     python3 bench/run.py --only speed,pools --alloc freeway,mimalloc
+    python3 bench/run.py --only larson --cases '^4T '  # only the cases whose label matches
     python3 bench/run.py --list             # experiments and allocators
 
 Writes results.json, runs.csv, summary.csv, RESULTS.md and plots/*.png into
 the output directory (default bench/results/quick or bench/results/full). A
-partial run (--only, --skip, --alloc) replaces only what it re-ran and keeps
-the rest of the results already there (unless --no-merge).
+partial run (--only, --skip, --alloc, --cases) replaces only what it re-ran and
+keeps the rest of the results already there (unless --no-merge).
 See docs/benchmarks.md.
 """
 import argparse
@@ -520,11 +521,15 @@ class Frag(Experiment):
         os.makedirs(maps_dir, exist_ok=True)
         os.makedirs(plots_dir, exist_ok=True)
         moments = [m for m, _ in self.MAP_MOMENTS]
-        # Only this run's maps stay (the cases may have changed).
-        for d, pattern in ((maps_dir, r".*-(%s)\.json$" % "|".join(moments)),
-                           (plots_dir, r"%s-map-.*\.svg$" % self.name)):
+        # Only this run's maps stay (the cases may have changed), but for a
+        # run of some cases (--cases) whose other rows are kept: then only
+        # theirs go.
+        names = {"%s-%s" % (slug(c.label), m) for c in cases for m in moments}
+        for d, pattern in ((maps_dir, r"(.*-(%s))\.json$" % "|".join(moments)),
+                           (plots_dir, r"%s-map-(.*)\.svg$" % self.name)):
             for f in os.listdir(d):
-                if re.match(pattern, f):
+                m = re.match(pattern, f)
+                if m and (not ctx.get("other_cases_kept") or m.group(1) in names):
                     os.remove(os.path.join(d, f))
         tool = os.path.join(REPO, "tools", "freeway")
         no_tool = "" if os.path.isfile(tool) else "%s not found" % rel(tool)
@@ -1763,8 +1768,14 @@ def report_experiment(exp, cases, summary, alloc_names, seeds, plots_dir_rel, pl
                                                          meta_exp.get("scale", 1), meta_exp.get("reps", 1), exp.name))
     lines.append("")
     for rr in meta_exp.get("partial_reruns", []):
-        lines.append("Re-run on %s for %s only (freeway commit %s); the other columns come from the run "
-                     "above." % (rr["date"], ", ".join(rr["allocs"]), rr["freeway_commit"][:10]))
+        if rr.get("cases"):
+            lines.append("Re-run on %s for the case(s) %s only (`--cases`), under %s, %d repetition(s) (freeway "
+                         "commit %s); everything else comes from the run above." % (
+                             rr["date"], "; ".join("'%s'" % c for c in rr["cases"]), ", ".join(rr["allocs"]),
+                             rr.get("reps", 1), rr["freeway_commit"][:10]))
+        else:
+            lines.append("Re-run on %s for %s only (freeway commit %s); the other columns come from the run "
+                         "above." % (rr["date"], ", ".join(rr["allocs"]), rr["freeway_commit"][:10]))
         lines.append("")
     labels = [c.label for c in cases]
     if exp.name == "fastpath":
@@ -2281,6 +2292,9 @@ def main():
     g.add_argument("--full", action="store_true", help="the seeds' own scale")
     ap.add_argument("--only", default="", help="comma-separated experiments (see --list)")
     ap.add_argument("--skip", default="", help="comma-separated experiments to leave out")
+    ap.add_argument("--cases", default="", metavar="REGEX",
+                    help="run only the cases whose label matches REGEX (Python re.search), in every experiment "
+                         "selected; an experiment with no matching case is not run")
     ap.add_argument("--alloc", default="", help="comma-separated allocators: " + ",".join(ALLOC_NAMES))
     ap.add_argument("--build-dir", default="build", help="the cmake build directory (default: build)")
     ap.add_argument("--bin-dir", default="", help="where the bench_* programs are (default: BUILD/bench)")
@@ -2349,6 +2363,27 @@ def main():
     exps = [e for e in EXPERIMENTS if (not only or e.name in only) and e.name not in skip
             and (e.default or full or e.name in only)]
 
+    def binpath_of(e):
+        d = bin32_dir if e.bits == 32 else bin_dir
+        return lambda name: os.path.join(d, "bench_" + name)
+
+    def exp_scale(e):
+        return args.scale or (1.0 if full else e.quick_scale)
+
+    # Each experiment's cases; with --cases, only those whose label matches,
+    # and only the experiments left with one.
+    exp_cases = {e.name: e.cases(binpath_of(e), exp_scale(e), full) for e in exps}
+    if args.cases:
+        try:
+            cases_re = re.compile(args.cases)
+        except re.error as err:
+            ap.error("--cases %r: %s" % (args.cases, err))
+        exp_cases = {k: [c for c in v if cases_re.search(c.label)] for k, v in exp_cases.items()}
+        exps = [e for e in exps if exp_cases[e.name]]
+        if not exps:
+            ap.error("--cases %r matches no case of the experiments selected (their labels: bench/run.py "
+                     "--only NAME writes them in the output's summary.csv)" % args.cases)
+
     def exp_alloc_names(e):
         """The allocators experiment e runs: --alloc's, or the default set plus
         the opt-in ones the experiment names."""
@@ -2368,7 +2403,7 @@ def main():
     wanted_allocs = [n for n in ALLOC_NAMES if any(n in exp_alloc_names(e) for e in exps if e.bits == 64)]
     reps = args.reps or (5 if full else 3)
     timeout = args.timeout or (1800 if full else 300)
-    partial = bool(only or skip or args.alloc)
+    partial = bool(only or skip or args.alloc or args.cases)
     out_dir = os.path.abspath(args.out) if args.out else os.path.join(HERE, "results", mode)
     if args.report_only:
         with open(os.path.join(out_dir, "results.json")) as f:
@@ -2393,15 +2428,11 @@ def main():
     with open(os.path.join(HERE, "seed_figures.json")) as f:
         seeds = json.load(f)
 
-    def binpath_of(e):
-        d = bin32_dir if e.bits == 32 else bin_dir
-        return lambda name: os.path.join(d, "bench_" + name)
-
     plan = []
     total = 0
     for e in exps:
-        scale = args.scale or (1.0 if full else e.quick_scale)
-        cases = e.cases(binpath_of(e), scale, full)
+        scale = exp_scale(e)
+        cases = exp_cases[e.name]
         e_allocs = [a for a in (allocs32 if e.bits == 32 else allocs) if a["name"] in exp_alloc_names(e)]
         plan.append((e, cases, scale, e_allocs))
         if e.name == "fastpath":
@@ -2418,27 +2449,45 @@ def main():
     records = []
     exp_meta = {}
     allocs_info = [{k: v for k, v in a.items() if k != "path"} for a in allocs]
+    # The experiments of which --cases left out cases the output already
+    # holds: experiment -> the labels re-run (the other rows are kept).
+    case_partial = {}
     if partial and not args.no_merge and os.path.exists(os.path.join(out_dir, "results.json")):
         with open(os.path.join(out_dir, "results.json")) as f:
             old = json.load(f)
         rerun = {e.name: {a["name"] for a in ea} for e, _, _, ea in plan}
-        # ("-": fastpath's allocator-free loop count, re-measured with the experiment)
-        records = [r for r in old.get("records", []) if r["alloc"] not in rerun.get(r["exp"], ())
-                   and not (r["alloc"] == "-" and r["exp"] in rerun)]
+        if args.cases:
+            for e, cases, _, _ in plan:
+                labels = {c.label for c in cases}
+                if {c["label"] for c in old.get("experiments", {}).get(e.name, {}).get("cases", [])} - labels:
+                    case_partial[e.name] = labels
+
+        def replaced(r):
+            if r["exp"] not in rerun:
+                return False
+            if r["alloc"] == "-":
+                # fastpath's allocator-free loop count, re-measured with the experiment
+                return True
+            return r["alloc"] in rerun[r["exp"]] and (
+                r["exp"] not in case_partial or r["case"] in case_partial[r["exp"]])
+        records = [r for r in old.get("records", []) if not replaced(r)]
         exp_meta = {k: v for k, v in old.get("experiments", {}).items()}
         known = {a["name"] for a in allocs_info}
         allocs_info += [a for a in old.get("allocators", []) if a["name"] not in known]
         allocs_info.sort(key=lambda a: ALLOC_NAMES.index(a["name"]))
         notes = list(dict.fromkeys(old.get("notes", []) + notes))
         meta["merged_from_earlier_runs"] = True
-        for e, _, _, e_allocs in plan:
-            if e.name in exp_meta and set(exp_alloc_names(e)) != set(
-                    DEFAULT_ALLOCS + [n for n in e.extra_allocs if n not in DEFAULT_ALLOCS]):
+        for e, cases, _, e_allocs in plan:
+            if e.name in exp_meta and (e.name in case_partial or set(exp_alloc_names(e)) != set(
+                    DEFAULT_ALLOCS + [n for n in e.extra_allocs if n not in DEFAULT_ALLOCS])):
                 earlier = exp_meta[e.name]
                 exp_meta[e.name] = dict(earlier)
-                exp_meta[e.name]["partial_reruns"] = earlier.get("partial_reruns", []) + [
-                    {"date": meta["date"], "allocs": [a["name"] for a in e_allocs],
-                     "freeway_commit": meta["freeway_commit"]}]
+                entry = {"date": meta["date"], "allocs": [a["name"] for a in e_allocs],
+                         "freeway_commit": meta["freeway_commit"]}
+                if e.name in case_partial:
+                    entry["cases"] = [c.label for c in cases]
+                    entry["reps"] = 1 if e.name == "fastpath" else exp_reps(e, reps, bool(args.reps), full)
+                exp_meta[e.name]["partial_reruns"] = earlier.get("partial_reruns", []) + [entry]
 
     progress = Progress(total)
     scratch = tempfile.TemporaryDirectory(prefix="fwbench-")
@@ -2451,22 +2500,38 @@ def main():
                             "freeway_commit": meta["freeway_commit"], "mode": mode,
                             "cases": [{"label": c.label, "argv": [str(a) for a in c.argv], "group": c.group,
                                        "x": c.x, "seed_key": c.seed_key, "env": c.env} for c in cases]}
+        if e.name in case_partial:
+            # The other rows are the earlier run's: so are the run's figures
+            # (the re-run's are in its partial_reruns entry), and its case
+            # list keeps them in their order, the re-run ones replaced.
+            for k in ("reps", "freeway_commit", "seconds"):
+                if k in earlier:
+                    exp_meta[e.name][k] = earlier[k]
+            new = {c["label"]: c for c in exp_meta[e.name]["cases"]}
+            merged = [new.pop(c["label"], c) for c in earlier.get("cases", [])]
+            exp_meta[e.name]["cases"] = merged + list(new.values())
         if reruns:
             exp_meta[e.name]["partial_reruns"] = reruns
         if e.bits != 64:
             # Its libraries are not the allocator table's (64-bit) ones.
             exp_meta[e.name]["allocators"] = [{k: v for k, v in a.items() if k != "path"} for a in e_allocs]
-        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name), "out_dir": out_dir}
+        ctx = {"scratch": scratch.name, "maps_out": os.path.join(out_dir, "maps", e.name), "out_dir": out_dir,
+               "other_cases_kept": e.name in case_partial}
         if e.name == "fastpath":
             run_fastpath(e, cases, e_allocs, full, timeout, progress, records, notes)
         else:
             run_timed(e, cases, e_allocs, exp_reps(e, reps, bool(args.reps), full), timeout, progress, records, ctx)
         side = e.side_runs(cases, e_allocs, timeout, progress, ctx)
         for k in e.side_keys:
-            # A partial run that did not make them keeps the earlier run's.
-            if k in side or k in earlier:
+            # A partial run that did not make them keeps the earlier run's;
+            # one of some cases (--cases) replaces only theirs.
+            if k in side and e.name in case_partial and isinstance(side[k], dict) \
+                    and isinstance(earlier.get(k), dict):
+                exp_meta[e.name][k] = {**earlier[k], **side[k]}
+            elif k in side or k in earlier:
                 exp_meta[e.name][k] = side[k] if k in side else earlier[k]
-        exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
+        if e.name not in case_partial:
+            exp_meta[e.name]["seconds"] = round(time.monotonic() - started, 1)
         progress.note("%s done in %.0f s" % (e.name, time.monotonic() - started))
     # Binary paths in the saved case lists are made relative to the repository.
     for em in exp_meta.values():
