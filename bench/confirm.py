@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.dirname(__file__))
 from ratio_table import load  # noqa: E402
+from run import md_table  # noqa: E402
 
 # Primary metrics that are no cost to divide: frag32's loop of the first
 # failed 8 MiB request (0: none failed). Their rows are only checked for RSS.
@@ -92,12 +93,6 @@ def row_ratios(outdir):
 
 def fmt(r):
     return "-" if r is None else "%.3fx (%s)" % r
-
-
-def md_table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return out
 
 
 def main():
@@ -270,7 +265,7 @@ def main():
             table.append([key[0], key[1], fmt(before[kind][key]), fmt(r), verdict])
         md += ["## %s%s: above %gx in the pass" % (title[0].upper(), title[1:], limits[kind]), ""]
         md += (md_table(["experiment", "case", "pass: freeway / best peer", "re-run: freeway / best peer",
-                         "verdict"], table) if table else ["None."]) + [""]
+                         "verdict"], table).split("\n") if table else ["None."]) + [""]
         counts.append("- %s%s: %d row(s) above %gx in the pass, of which %d still above in the re-run%s." % (
             title[0].upper(), title[1:], len(flagged[kind]), limits[kind], still,
             (" (%d without a result in the re-run)" % missing) if missing else ""))

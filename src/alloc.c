@@ -376,7 +376,7 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
   /* Blocks above the direct table (1 KiB .. 128 KiB), and at the secure
    * level all small and medium blocks: the head page of the class queue,
    * when it has a free block and nothing else is due. */
-  if (size - (FW_DIRECT_MAX + 1) < FW_MEDIUM_MAX - FW_DIRECT_MAX || (fw_secure && size <= FW_MEDIUM_MAX)) {
+  if (fw_size_in_cdirect(size) || (fw_secure && size <= FW_MEDIUM_MAX)) {
     size_t cls = fw_size_class(fw_secure && size < 2 * sizeof(uintptr_t) ? 2 * sizeof(uintptr_t) : size);
     fw_page_t *page = heap->queues[cls].first;
     uint64_t n = heap->slow_count + 1;

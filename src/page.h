@@ -130,20 +130,6 @@ FW_INLINE fw_block_t *fw_page_pop_fast(fw_page_t *page) {
   b->link = FW_LINK_TAKEN;
   return b;
 }
-/* The fast pop with the whole test of FW_LINK_BAD_PAGE, t == 0 included:
- * NULL also for an immediate double free's self-link, which the caller's
- * slow path (fw_page_pop_checked) then reports. For the blocks of 1 to 128
- * KiB (front.h, heap->cdirect[]), so that such a double free still stops
- * at the next malloc of its size, not the second (tests/badinput). */
-FW_INLINE fw_block_t *fw_page_pop_strict(fw_page_t *page) {
-  fw_block_t *b = page->free;
-  uintptr_t t = fw_link_decode(b);
-  if (fw_unlikely(FW_LINK_BAD_PAGE(t, page))) return NULL;
-  page->used++;
-  page->free = (fw_block_t *)((uintptr_t)b ^ t);
-  b->link = FW_LINK_TAKEN;
-  return b;
-}
 /* The pop of every other path: NULL only if the list is empty; a damaged
  * link stops the process. */
 FW_INLINE fw_block_t *fw_page_pop_checked(fw_page_t *page) {

@@ -201,8 +201,8 @@ struct fw_heap_s {
   fw_page_t *direct[FW_DIRECT_SLOTS];
   /* cdirect[c], for the classes above FW_DIRECT_MAX up to FW_MEDIUM_MAX:
    * the head page of class c's queue, or fw_page_empty, kept as direct[]
-   * is (page.c), so that malloc's miss pops a block of 1 to 128 KiB with
-   * the size class's computation and the fast path's pop (front.h) */
+   * is (page.c), so that malloc's miss pops a block of 1 to 128 KiB after
+   * the size class's computation alone (front.h fw_malloc_class_fast) */
   fw_page_t *cdirect[FW_CLASS_COUNT];
   fw_tld_t *tld;
   fw_page_queue_t queues[FW_CLASS_COUNT + 1];
