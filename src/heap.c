@@ -85,10 +85,22 @@ fw_page_t *fw_heap_page_for(fw_heap_t *heap, size_t cls) {
   return page ? page : fw_heap_page_new(heap, cls);
 }
 
+static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind, bool side);
+static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page);
+
 fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   size_t bs = fw_class_size[cls];
   FW_ASSERT(bs <= FW_SMALL_MAX);  /* medium samples stay on their pages (prof.c) */
-  fw_page_t *page = fw_segment_page_alloc(heap->tld, FW_KIND_SMALL, false);
+  fw_page_t *page = heap->retained ? fw_heap_retained_find(heap, cls, FW_KIND_SMALL, true) : NULL;
+  if (page) {
+    /* one this heap emptied: its records are clear (every free clears its
+     * block's), its free list intact */
+    fw_retained_unlink(heap, page);
+    fw_page_flags_set(page, FW_PF_SAMPLES);
+    fw_page_to_full(heap, page);
+    return page;
+  }
+  page = fw_segment_page_alloc(heap->tld, FW_KIND_SMALL, false);
   if (!page) page = fw_segment_page_alloc(heap->tld, FW_KIND_SMALL, true);
   if (!page) return NULL;
   /* fewer blocks, and after them the profiler's record of each: a free
@@ -104,8 +116,6 @@ fw_page_t *fw_heap_page_samples(fw_heap_t *heap, size_t cls) {
   return page;
 }
 
-static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind);
-static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page);
 static void fw_heap_retained_drop(fw_heap_t *heap, fw_page_t *page);
 
 fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
@@ -115,7 +125,7 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
   if (heap->retained) {
-    if ((page = fw_heap_retained_find(heap, cls, kind)) != NULL) {
+    if ((page = fw_heap_retained_find(heap, cls, kind, false)) != NULL) {
       fw_retained_unlink(heap, page);
       fw_page_queue_push_front(heap, &heap->queues[cls], page);
       return page;
@@ -123,7 +133,7 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
     /* none of this class: one of another class of the same kind gives its
      * slot back, for the new page to reuse memory already touched (as an
      * empty head does, below) rather than fresh memory */
-    if ((page = fw_heap_retained_find(heap, 0, kind)) != NULL) fw_heap_retained_drop(heap, page);
+    if ((page = fw_heap_retained_find(heap, 0, kind, false)) != NULL) fw_heap_retained_drop(heap, page);
   }
   fw_page_retire_empty_head(heap, kind, cls);
   page = fw_segment_page_alloc(tld, kind, false);
@@ -203,8 +213,9 @@ static void fw_heap_page_give_back(fw_heap_t *heap, fw_page_t *page) {
  * collected, released or short of memory. A kept page that is taken again
  * needs no scan: it stays a page of its class, so a block that a double
  * free left live in it is never carved over, and the block that is on its
- * list twice is stopped by the pops. Pages of the checking modes, of the
- * heap profiler and with interior blocks are not kept. */
+ * list twice is stopped by the pops. A page of the heap profiler's sampled
+ * blocks is kept too, and taken again only as one (fw_heap_page_samples).
+ * Pages of the checking modes and with interior blocks are not kept. */
 
 static size_t fw_page_bytes(const fw_page_t *page) { return (size_t)page->slices * FW_SLICE_SIZE; }
 
@@ -218,7 +229,7 @@ static void fw_retained_unlink(fw_heap_t *heap, fw_page_t *page) {
 
 static bool fw_heap_retain(fw_heap_t *heap, fw_page_t *page) {
   size_t bytes = fw_page_bytes(page), cap = (size_t)fw_opt(PAGE_RETAIN) << 10;
-  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 || page->prof_side || fw_secure ||
+  if (page->kind == FW_KIND_LARGE || fw_page_flags(page) != 0 || fw_secure ||
       heap->retained_bytes + bytes > cap)
     return false;
   page->prev = NULL;
@@ -231,10 +242,11 @@ static bool fw_heap_retain(fw_heap_t *heap, fw_page_t *page) {
   return true;
 }
 
-/* The newest kept page of class cls, or with cls 0 of any class of kind. */
-static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind) {
+/* The newest kept page of class cls (a page of sampled blocks if side), or
+ * with cls 0 of any class of kind. */
+static fw_page_t *fw_heap_retained_find(const fw_heap_t *heap, size_t cls, int kind, bool side) {
   for (fw_page_t *pg = heap->retained; pg; pg = pg->next)
-    if (cls ? pg->cls == cls : pg->kind == kind) return pg;
+    if (cls ? pg->cls == cls && pg->prof_side == side : pg->kind == kind) return pg;
   return NULL;
 }
 
@@ -279,6 +291,15 @@ static void fw_heap_page_retire(fw_heap_t *heap, fw_page_t *page) {
     /* its delayed bit stays: with no live block, no free can reach the page
      * (but a double free), and whoever sets the page up again rewrites it */
     fw_page_queue_remove(heap, &heap->full, page);
+    if (fw_page_flags(page) == (FW_PF_FULL | FW_PF_SAMPLES)) {
+      /* a page of sampled blocks is kept as any other, for the heap's next
+       * samples of its class (fw_heap_page_samples): a program that
+       * samples a block and soon frees it set a page up per sample
+       * (bench_objects 1 KiB under callgrind: 344 instructions to set it
+       * up, 365 to give it back) */
+      fw_page_clear_delayed(page);
+      fw_page_flags_set(page, 0);
+    }
   } else {
     fw_page_queue_remove(heap, &heap->queues[page->cls], page);
   }
@@ -328,14 +349,12 @@ void fw_heap_free_local(fw_page_t *page, fw_block_t *b) {
   /* the secure level's delayed reuse: the block waits on page->later */
   bool empty = fw_secure && page->kind != FW_KIND_LARGE ? fw_page_push_later(page, b) : fw_page_push(page, b);
   if (fw_unlikely(page->flags & FW_PF_SAMPLES)) {
-    /* It stays in the full list until it empties, then goes back to its
-     * segment, the page the next sample of its class comes from too: kept
-     * empty, it held its segment, and the segment's other free slots, once
-     * the thread had freed a burst and gone quiet (bench_churn 2T: 47 to
-     * 58 MiB at the end against 34 without sampling; 38 now). A program
-     * that samples a block and soon frees it sets a page up per sample
-     * instead (bench_objects 1 KiB: 1.070 -> 1.091 of the instructions
-     * without sampling, bench/instr_cost.py). */
+    /* It stays in the full list until it empties, then goes to the kept
+     * pages, with their cap and idle scans: kept empty as the heap's page
+     * of samples for good, it held its segment, and the segment's other
+     * free slots, once the thread had freed a burst and gone quiet
+     * (bench_churn 2T: 47 to 58 MiB at the end against 34 without
+     * sampling). */
     if (fw_page_rearm(page)) fw_heap_page_retire(heap, page);
     return;
   }
