@@ -185,15 +185,16 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
  * and again after each purge (bench_bigchurn --ops 2000 --min 1MiB --max
  * 4MiB, medians of 9 alternating runs: 6,200 faults and 40.9 ms, against
  * 13 to 17 faults and 15.1 to 16.0 ms for mimalloc 2.3 and 3.3, which back
- * all their memory with huge pages; with the looks below, 1,030 faults and
- * 19.9 ms, the faults being those of the first two blocks); one that
+ * all their memory with huge pages; with the looks below, 527 faults and
+ * 17.9 ms, the faults being those of the first block, where two looks in a
+ * row took the first two: 1,051 faults and 19.0 ms); one that
  * writes a header and a trailer, or callocs an array it touches here and
  * there, would have each such block brought in whole (bench_speed with 16
  * threads, 256 B to 2 MiB, first and last byte written: 74 MiB of peak RSS
  * in 4 KiB pages, 500 MiB in huge ones). So the owner's free of a big
  * block in 4 KiB pages now and then looks at how much of the block's first
  * MiB is resident (fw_os_resident, one mincore call): FW_BIG_WHOLE looks in
- * a row that find 7/8 of it there make the thread's new span segments and
+ * a row (one) that find 7/8 of it there make the thread's new span segments and
  * one-chunk blocks huge, and each span of 1 MiB or more it places in a
  * segment of 4 KiB pages advises that segment (already resident pages stay
  * as they are; ranges not touched yet come in 2 MiB at a time). A look
@@ -212,7 +213,7 @@ static uint8_t *fw_segment_memory(size_t chunks, size_t align, size_t offset, fw
  * one found written through counts as at a free; one not written yet says
  * nothing (its thread may fill it later), and is left to the frees. */
 #define FW_BIG_LOOK ((size_t)1 << 20)
-#define FW_BIG_WHOLE 2
+#define FW_BIG_WHOLE 1
 #define FW_BIG_EVERY_MAX 1024
 static bool fw_segment_big_whole(const fw_tld_t *tld) { return tld && tld->big_whole >= FW_BIG_WHOLE; }
 
