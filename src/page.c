@@ -304,6 +304,7 @@ void fw_page_collect(fw_page_t *page) {
     page->free = list;
     page->used -= n;
     page->frees += n;
+    fw_page_segment(page)->remote_in += n;
     if (heap) fw_count_add(&heap->tld->counts.remote_frees, n);
     else atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, n, memory_order_relaxed);
     return;
@@ -323,6 +324,7 @@ void fw_page_collect(fw_page_t *page) {
   page->free = list;
   page->used -= n;
   page->frees += n;
+  fw_page_segment(page)->remote_in += n;
   if (heap) fw_count_add(&heap->tld->counts.remote_frees, n);
   else atomic_fetch_add_explicit(&fw_counts_gone.remote_frees, n, memory_order_relaxed);
 }

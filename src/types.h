@@ -178,6 +178,8 @@ struct fw_segment_s {
       uint64_t cookie;              /* proves the header is ours (cautious checks) */
       uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
       uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
+      uint64_t remote_in;           /* blocks of its pages that other threads freed and its
+                                       holder took back (fw_page_collect) */
       uint8_t abandoned;            /* direct mappings: on the abandoned list */
       uint8_t huge;                 /* backed by transparent huge pages (FREEWAY_THP) */
     };

@@ -189,6 +189,40 @@ static void *advice_pile_thread(void *arg) {
   return NULL;
 }
 
+/* The pile's pattern, but the first 1.5 MiB of blocks were freed by
+ * another thread (a producer's blocks, freed by its consumer) and taken
+ * back before the thread piles up 3 MiB: blocks that travel are in use
+ * only for a while, and reaching the upper half asks for no huge pages. */
+enum { REMOTE_N = 3072, REMOTE_FIRST = 1536 };
+static char *remote_v[REMOTE_N];
+static void *remote_free_thread(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < REMOTE_FIRST; i++) A.free(remote_v[i]);
+  return NULL;
+}
+static void *advice_remote_thread(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < REMOTE_FIRST; i++) {
+    remote_v[i] = A.malloc(1024);
+    CHECK(remote_v[i] != NULL);
+    memset(remote_v[i], 1, 1024);
+  }
+  on_thread(remote_free_thread);
+  for (size_t i = 0; i < REMOTE_N; i++) {
+    remote_v[i] = A.malloc(1024);
+    CHECK(remote_v[i] != NULL);
+    memset(remote_v[i], 1, 1024);
+  }
+  char flags[512];
+  vma_flags(remote_v[REMOTE_N - 1], flags, sizeof flags);
+  fwt_log("remote: 1.5 MiB of 1 KiB blocks freed by another thread, then 3 MiB kept: the last one's mapping [%s]",
+          flags);
+  CHECKF(!has_flag(flags, "hg"), "a thread whose blocks other threads freed got huge pages for its upper half: "
+         "flags [%s]", flags);
+  for (size_t i = 0; i < REMOTE_N; i++) A.free(remote_v[i]);
+  return NULL;
+}
+
 /* A steady heap spread over many sizes: 32 size classes, each page
  * filled to 70 % (1.5 MB in use, no page full), then a block of another
  * class, whose page is the first of the segment's upper half. */
@@ -327,6 +361,10 @@ static void t_pile(void) {
   on_thread(advice_pile_thread);
 }
 
+static void t_remote(void) {
+  need_thp(2);
+  on_thread(advice_remote_thread);
+}
 static void t_spread(void) {
   need_thp(2);
   on_thread(advice_spread_thread);
@@ -628,6 +666,7 @@ static const fwt_section sections[] = {
   {"advice", t_advice},
   {"pile", t_pile},
   {"spread", t_spread},
+  {"remote", t_remote},
   {"sparse", t_sparse},
   {"medium", t_medium},
   {"medium_calloc", t_medium_calloc},
