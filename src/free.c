@@ -143,6 +143,28 @@ static bool fw_rfree_holds(const fw_page_t *page, const fw_block_t *b) {
 
 FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
 
+/* Entry i of tld's table for b's page, b its first block (the entry's
+ * blocks before go to their page first), or b the way a single free goes
+ * if the page's blocks are too big to batch. */
+static void fw_rfree_open(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_tld_t *tld, size_t i, size_t batch) {
+  fw_rfree_t *e = &tld->rfree[i];
+  if (e->page) fw_rfree_flush_slot(tld, i);
+  size_t limit = FW_RFREE_BYTES / page->block_size;
+  if (limit > batch) limit = batch;
+  if (limit <= 1) {
+    fw_free_route(seg, page, b);
+    return;
+  }
+  e->page = page;
+  e->tail = b;
+  e->n = 1;
+  e->limit = (uint32_t)limit;
+  tld->rfree_bytes += page->block_size;
+  tld->rfree_used |= (uint64_t)1 << i;
+  fw_block_set_next(b, FW_LIST_END);
+  e->head = b;
+}
+
 static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
 
 /* fw_free_route out of line, for the owner's frees that reach the batching
@@ -193,23 +215,7 @@ static FW_NOINLINE void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw
     fw_free_route(seg, page, b);
     return;
   }
-  fw_tld_t *tld = me->tld;
-  fw_rfree_t *e = &tld->rfree[i];
-  if (e->page) fw_rfree_flush_slot(tld, i);
-  size_t limit = FW_RFREE_BYTES / page->block_size;
-  if (limit > (size_t)batch) limit = (size_t)batch;
-  if (limit <= 1) {
-    fw_free_route(seg, page, b);
-    return;
-  }
-  e->page = page;
-  e->tail = b;
-  e->n = 1;
-  e->limit = (uint32_t)limit;
-  tld->rfree_bytes += page->block_size;
-  tld->rfree_used |= (uint64_t)1 << i;
-  fw_block_set_next(b, FW_LIST_END);
-  e->head = b;
+  fw_rfree_open(seg, page, b, me->tld, i, (size_t)batch);
 }
 
 void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
@@ -277,23 +283,7 @@ static FW_NOINLINE void fw_free_route_new_remote(fw_segment_t *seg, fw_page_t *p
     fw_free_route_new(seg, page, b, me, i);
     return;
   }
-  fw_tld_t *tld = me->tld;
-  fw_rfree_t *e = &tld->rfree[i];
-  if (e->page) fw_rfree_flush_slot(tld, i);
-  size_t limit = FW_RFREE_BYTES / page->block_size;
-  if (limit > (size_t)fw_opt(REMOTE_BATCH)) limit = (size_t)fw_opt(REMOTE_BATCH);
-  if (limit <= 1) {
-    fw_free_route(seg, page, b);
-    return;
-  }
-  e->page = page;
-  e->tail = b;
-  e->n = 1;
-  e->limit = (uint32_t)limit;
-  tld->rfree_bytes += page->block_size;
-  tld->rfree_used |= (uint64_t)1 << i;
-  fw_block_set_next(b, FW_LIST_END);
-  e->head = b;
+  fw_rfree_open(seg, page, b, me->tld, i, (size_t)fw_opt(REMOTE_BATCH));
 }
 
 /* The common remote free, whole (see fw_free_generic): true if p was
