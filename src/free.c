@@ -143,28 +143,6 @@ static bool fw_rfree_holds(const fw_page_t *page, const fw_block_t *b) {
 
 FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
 
-/* Entry i of tld's table for b's page, b its first block (the entry's
- * blocks before go to their page first), or b the way a single free goes
- * if the page's blocks are too big to batch. */
-static void fw_rfree_open(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_tld_t *tld, size_t i, size_t batch) {
-  fw_rfree_t *e = &tld->rfree[i];
-  if (e->page) fw_rfree_flush_slot(tld, i);
-  size_t limit = FW_RFREE_BYTES / page->block_size;
-  if (limit > batch) limit = batch;
-  if (limit <= 1) {
-    fw_free_route(seg, page, b);
-    return;
-  }
-  e->page = page;
-  e->tail = b;
-  e->n = 1;
-  e->limit = (uint32_t)limit;
-  tld->rfree_bytes += page->block_size;
-  tld->rfree_used |= (uint64_t)1 << i;
-  fw_block_set_next(b, FW_LIST_END);
-  e->head = b;
-}
-
 static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
 
 /* fw_free_route out of line, for the owner's frees that reach the batching
@@ -215,7 +193,23 @@ static FW_NOINLINE void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw
     fw_free_route(seg, page, b);
     return;
   }
-  fw_rfree_open(seg, page, b, me->tld, i, (size_t)batch);
+  fw_tld_t *tld = me->tld;
+  fw_rfree_t *e = &tld->rfree[i];
+  if (e->page) fw_rfree_flush_slot(tld, i);
+  size_t limit = FW_RFREE_BYTES / page->block_size;
+  if (limit > (size_t)batch) limit = (size_t)batch;
+  if (limit <= 1) {
+    fw_free_route(seg, page, b);
+    return;
+  }
+  e->page = page;
+  e->tail = b;
+  e->n = 1;
+  e->limit = (uint32_t)limit;
+  tld->rfree_bytes += page->block_size;
+  tld->rfree_used |= (uint64_t)1 << i;
+  fw_block_set_next(b, FW_LIST_END);
+  e->head = b;
 }
 
 void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
@@ -271,42 +265,6 @@ FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void 
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {
   if (seg->cookie != fw_segment_cookie(seg)) fw_block_report(seg, page, p, "free of a pointer freeway did not hand out");
   fw_block_check_in(seg, page, p, b, freed);
-}
-
-/* fw_free_route_new for a block that fw_free_remote_plain found to be
- * another live thread's, of a page with no flag but FULL, out of the
- * secure level: of fw_rfree_wanted's tests only the heap's is left. */
-static FW_NOINLINE void fw_free_route_new_remote(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me,
-                                                 size_t i) {
-  fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
-  if (me == &fw_heap_empty || !heap || !__atomic_load_n(&heap->is_default, __ATOMIC_RELAXED) || !fw_opt(REMOTE_BATCH)) {
-    fw_free_route_new(seg, page, b, me, i);
-    return;
-  }
-  fw_rfree_open(seg, page, b, me->tld, i, (size_t)fw_opt(REMOTE_BATCH));
-}
-
-/* The common remote free, whole (see fw_free_generic): true if p was
- * such a block and is freed. */
-FW_INLINE bool fw_free_remote_plain(fw_segment_t *seg, fw_page_t *page, void *p) {
-  if ((fw_page_flags(page) & ~FW_PF_FULL) != 0 || page->kind == FW_KIND_LARGE || fw_secure) return false;
-  uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed);
-  if (owner == 0 || owner == fw_thread_id()) return false;
-  fw_block_t *b = (fw_block_t *)p;
-  fw_block_check_in(seg, page, p, b, "double free");  /* the cookie: the caller */
-  fw_heap_t *me = FW_TLS(fw_tls_heap);
-  size_t i = fw_rfree_slot(page);
-  fw_tld_t *tld = me->tld;  /* fw_heap_empty's is NULL: tested below before any use */
-  if (fw_likely(me != &fw_heap_empty) && tld->rfree[i].page == page) {
-    fw_rfree_t *e = &tld->rfree[i];
-    fw_block_set_next(b, e->head);
-    e->head = b;
-    tld->rfree_bytes += page->block_size;
-    if (++e->n >= e->limit || tld->rfree_bytes > FW_RFREE_HELD) fw_rfree_flush_slot(tld, i);
-    return true;
-  }
-  fw_free_route_new_remote(seg, page, b, me, i);
-  return true;
 }
 
 static void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page_t *slice);
@@ -391,14 +349,6 @@ void fw_free_generic(void *p) {
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  /* Another live thread's block of a small or medium page with no flag but
-   * FULL: a pipeline's consumer freeing its producer's blocks. The checks
-   * and the batch, with no call between them; the owner's frees and every
-   * other case go on below. (bench_prodcons, 1 pair: 181 instructions a
-   * free before, under callgrind.) */
-  if (fw_page_flags(slice) != FW_PF_REDIRECT ? fw_free_remote_plain(seg, slice, p)
-                                             : fw_free_remote_plain(seg, slice - slice->slice_offset, p))
-    return;
   /* A later slice of this thread's medium page: the descriptor there only
    * points back to the page, whose own tag says who owns it. Most blocks
    * of a medium page start in a later slice (bench_speed 256 B-32 KiB:

@@ -200,19 +200,19 @@ static void *remote_free_thread(void *arg) {
   for (size_t i = 0; i < REMOTE_FIRST; i++) A.free(remote_v[i]);
   return NULL;
 }
+/* n blocks of 1 KiB into v, written whole */
+static void remote_fill(size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    remote_v[i] = A.malloc(1024);
+    CHECK(remote_v[i] != NULL);
+    memset(remote_v[i], 1, 1024);
+  }
+}
 static void *advice_remote_thread(void *arg) {
   (void)arg;
-  for (size_t i = 0; i < REMOTE_FIRST; i++) {
-    remote_v[i] = A.malloc(1024);
-    CHECK(remote_v[i] != NULL);
-    memset(remote_v[i], 1, 1024);
-  }
+  remote_fill(REMOTE_FIRST);
   on_thread(remote_free_thread);
-  for (size_t i = 0; i < REMOTE_N; i++) {
-    remote_v[i] = A.malloc(1024);
-    CHECK(remote_v[i] != NULL);
-    memset(remote_v[i], 1, 1024);
-  }
+  remote_fill(REMOTE_N);
   char flags[512];
   vma_flags(remote_v[REMOTE_N - 1], flags, sizeof flags);
   fwt_log("remote: 1.5 MiB of 1 KiB blocks freed by another thread, then 3 MiB kept: the last one's mapping [%s]",
