@@ -138,7 +138,18 @@ size_t fw_os_resident(const void *p, size_t size) {
   p = (const void *)start;
   fw_os_count(FW_OSC_RESIDENT);
   if (mincore((void *)p, n * ps, vec) != 0) return SIZE_MAX;
-  for (size_t i = 0; i < n; i++) k += vec[i] & 1;
+  /* Eight entries a step: bit 0 of each byte says resident, and the
+   * multiply adds the eight masked bytes into the top one (at most 8, no
+   * carry). A byte at a time, a look at a 4 MiB segment cost 6,200
+   * instructions; an exiting thread that held 23 empty segments of big
+   * blocks made 23 of them (bench_objects at 1 MiB, callgrind). */
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, vec + i, 8);
+    k += (size_t)(((w & 0x0101010101010101ull) * 0x0101010101010101ull) >> 56);
+  }
+  for (; i < n; i++) k += vec[i] & 1;
   return k * ps;
 }
 

@@ -751,6 +751,41 @@ static void t_exit_sparse(void) {
   X.collect(true);
 }
 
+/* The other way: a thread that wrote its big buffers through leaves its
+ * empty segments dense, and they are purged as it exits (but for a little
+ * of each), the many it holds beyond the few it looks at included
+ * (abandon.c, FW_EXIT_LOOKS). 48 MiB written, freed, the thread gone: RSS
+ * must not keep most of it. */
+static void *exit_dense_thread(void *arg) {
+  (void)arg;
+  enum { N = 48 };
+  char *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = A.malloc(MiB);
+    CHECK(v[i] != NULL);
+    memset(v[i], i + 1, MiB);
+  }
+  for (int i = 0; i < N; i++) A.free(v[i]);
+  return NULL;
+}
+
+static void t_exit_dense(void) {
+  long delay = X.option_get("purge_delay");
+  CHECK(X.option_set("purge_delay", 60000) == 0);
+  X.collect(true);
+  size_t r0 = fwt_rss();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, exit_dense_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  size_t r1 = fwt_rss();
+  fwt_log("exit_dense: 48 blocks of 1 MiB written through, freed, thread gone: RSS %zu -> %zu MiB", r0 / MiB,
+          r1 / MiB);
+  CHECKF(r1 <= r0 + 16 * MiB, "an exited thread's 48 MiB of written, freed big blocks left RSS at %zu MiB from %zu",
+         r1 / MiB, r0 / MiB);
+  CHECK(X.option_set("purge_delay", delay) == 0);
+  X.collect(true);
+}
+
 /* calloc on memory fresh from the OS does not write it: 1000 blocks of
  * 64 KiB (62.5 MiB) raise RSS by little more than the one page of each
  * block that holds its free-list link. Blocks that come back dirty are
@@ -810,6 +845,7 @@ static const fwt_section sections[] = {
   {"exit_abandoned", t_exit_abandoned},
   {"exit_empty", t_exit_empty},
   {"exit_sparse", t_exit_sparse},
+  {"exit_dense", t_exit_dense},
 };
 
 int main(int argc, char **argv) { return fwt_main(argc, argv, sections, FWT_COUNT(sections)); }
