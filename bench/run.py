@@ -1094,7 +1094,8 @@ class FastPath(Experiment):
     metric = "instr_per_op"
     metric_label = "instructions per malloc+free"
     plot = False
-    CONFIGS = [("pair", 16), ("pair", 64), ("pair", 256), ("pair", 1024), ("ring", 64), ("ring", 1024)]
+    CONFIGS = [("pair", 16), ("pair", 64), ("pair", 256), ("pair", 1024), ("ring", 64), ("ring", 1024),
+               ("calloc", 64), ("aligned", 64)]
 
     def cases(self, binpath, scale, full):
         return [Case("%s %s" % (mode, human_size(size)), [binpath("fastpath"), mode, size]) for mode, size in self.CONFIGS]

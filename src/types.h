@@ -21,6 +21,10 @@
 #define FW_ARENA_MAX_CHUNKS 64                     /* larger blocks: own mapping */
 #define FW_SPAN_MAX_SLICES 32                      /* 2 MiB: larger blocks get a segment */
 #define FW_MIN_ALIGN 16
+/* Alignments up to this one are met by the size class of the request
+ * rounded up to a multiple of the alignment (api.c fw_aligned): pages start
+ * 4 KiB-aligned. */
+#define FW_ALIGN_BY_CLASS 4096
 
 /* A free block: its first word is an encoded link (page.h). */
 typedef struct fw_block_s { uintptr_t link; } fw_block_t;

@@ -51,7 +51,26 @@ static void t_class_divisor(void) {
   }
 }
 
+/* What api.c's aligned allocations rely on: a request rounded up to a
+ * multiple of a power-of-two alignment up to FW_ALIGN_BY_CLASS lands in a
+ * class whose size is a multiple of that alignment (so every block of a
+ * page that starts so aligned is aligned), and page starts are aligned to
+ * FW_ALIGN_BY_CLASS (the segment header's size and the slots'). */
+static void t_aligned_by_class(void) {
+  CHECK(FW_SEGMENT_HEADER % FW_ALIGN_BY_CLASS == 0);
+  CHECK(FW_SLICE_SIZE % FW_ALIGN_BY_CLASS == 0);
+  for (size_t a = 2 * FW_MIN_ALIGN; a <= FW_ALIGN_BY_CLASS; a *= 2) {
+    for (size_t size = 1; size <= FW_MEDIUM_MAX; size++) {
+      size_t n = size < a ? a : (size + a - 1) & ~(a - 1);
+      if (n > FW_MEDIUM_MAX) break;
+      size_t bs = fw_class_size[fw_size_class(n)];
+      CHECKF(bs % a == 0, "aligned %zu, size %zu: rounded to %zu, class of %zu bytes", a, size, n, bs);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
-  static const it_section s[] = {{"sizeclass", t_sizeclass}, {"class_divisor", t_class_divisor}};
+  static const it_section s[] = {
+      {"sizeclass", t_sizeclass}, {"class_divisor", t_class_divisor}, {"aligned_by_class", t_aligned_by_class}};
   return it_main(argc, argv, s, IT_COUNT(s));
 }
