@@ -452,6 +452,51 @@ void *fw_heap_malloc_aligned_ex(fw_heap_t *heap, size_t size, size_t align, bool
   return p;
 }
 
+/* A block that grows by less than double is likely to grow again (a
+ * buffer, a vector): it gets a quarter more, so that the next few reallocs
+ * stay in place instead of copying through every size class. */
+FW_INLINE size_t fw_realloc_want(size_t size, size_t usable) {
+  return size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX ? size + size / 4 : size;
+}
+
+/* A move: the new block, the copy and the old block's free; NULL (p
+ * untouched) if there is no memory. */
+FW_INLINE void *fw_realloc_move(fw_heap_t *heap, fw_segment_t *seg, void *p, size_t size, size_t usable) {
+  size_t want = fw_realloc_want(size, usable);
+  void *q = fw_heap_malloc_fast(heap, want);
+  if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
+  if (!q) return NULL;
+  memcpy(q, p, usable < size ? usable : size);
+  /* p passed a free's checks: a block of a page of this thread's with no
+   * flag goes back the way the free fast path puts it (fast.h), not
+   * through fw_free_generic's tests again (sqlite's string builder grows
+   * its buffers by realloc: 150,000 of them in bench/realprog.py's script
+   * of 20,000 rows). The tag is read again: the new block may have filled
+   * p's page. */
+  fw_page_t *slice = fw_ptr_slice(seg, p);
+  if (__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) fw_free_local_push(slice, p);
+  else fw_free_generic(p);
+  return q;
+}
+
+void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size) {
+  /* fw_block_check's tests that such a page leaves (free.c): it is in use
+   * and not a large block's, so p must be the start of one of its carved
+   * blocks and not hold a free list's link; this thread owns the page, so
+   * on 32-bit builds its lists are its to look through */
+  const fw_block_t *b = p;
+  size_t off = (size_t)((const uint8_t *)b - page->area);
+  if (fw_unlikely((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
+                  !fw_page_offset_at_block(page, off)))
+    fw_block_report(seg, page, p, "free of a pointer inside a block");
+  if (fw_unlikely(fw_secure ? fw_block_marked(b)
+                            : fw_link_looks_free(b) && (FW_LINK_PROOF || fw_page_lists_hold(page, b))))
+    fw_block_report(seg, page, p, "realloc of a freed block");
+  size_t usable = page->block_size;
+  if (size <= usable && size >= usable / 2) return p;
+  return fw_realloc_move(heap, seg, p, size, usable);
+}
+
 void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
   if (!p) return fw_heap_malloc_fast(heap, size);
   if (size == 0) {
@@ -485,22 +530,5 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
         (grow ? fw_large_grow(page, size) : fw_large_shrink(page, size)))
       return p;
   }
-  /* A block that grows by less than double is likely to grow again (a
-   * buffer, a vector): give it a quarter more, so that the next few
-   * reallocs stay in place instead of copying through every size class. */
-  size_t want = size;
-  if (size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX) want = size + size / 4;
-  void *q = fw_heap_malloc_fast(heap, want);
-  if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
-  if (!q) return NULL;
-  memcpy(q, p, usable < size ? usable : size);
-  /* p passed a free's checks above: a block of a page of this thread's
-   * with no flag goes back the way the free fast path puts it (fast.h),
-   * not through fw_free_generic's tests again (sqlite's string builder
-   * grows its buffers by realloc: 150,000 of them in bench/realprog.py's
-   * script of 20,000 rows). */
-  fw_page_t *slice = fw_ptr_slice(seg, p);
-  if (__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) fw_free_local_push(slice, p);
-  else fw_free_generic(p);
-  return q;
+  return fw_realloc_move(heap, seg, p, size, usable);
 }

@@ -155,7 +155,14 @@ void *fw_realloc(void *p, size_t size) {
     }
     return fw_thread_alloc(FW_OP_REALLOC, p, size, 0);
   }
-  void *q = fw_realloc_ex(heap, p, size);
+  void *q;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  fw_page_t *slice = fw_ptr_slice(seg, p);
+  if (fw_likely(p != NULL) && size - 1 < FW_MEDIUM_MAX && !fw_cautious &&
+      __atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id())
+    q = fw_realloc_own(heap, seg, slice, p, size);
+  else
+    q = fw_realloc_ex(heap, p, size);
   if (q != p) FW_PROF_ACCOUNT(q, size);
   return q;
 }
