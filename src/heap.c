@@ -389,7 +389,14 @@ void fw_heap_housekeeping(fw_heap_t *heap, bool force) {
   uint64_t now = fw_os_clock_ms();
   fw_tld_t *tld = heap->tld;
   if (force) fw_heap_retained_flush(heap);
-  if (heap->lcache_bytes && (force || heap->lcache_due <= now)) fw_large_cache_flush(heap, force);
+  if (heap->lcache_bytes) {
+    /* the large-block cache's look, a purge delay after the housekeeping
+     * that first found it holding pages (large.h, fw_large_cache_put) */
+    long delay = fw_opt(PURGE_DELAY);
+    if (force) fw_large_cache_flush(heap, true);
+    else if (heap->lcache_due == 0 && delay > 0) heap->lcache_due = now + (uint64_t)delay;
+    else if (heap->lcache_due <= now) fw_large_cache_flush(heap, false);
+  }
   if (force || (tld->purge_due && tld->purge_due <= now)) fw_segments_purge(tld, now, force);
   fw_arena_purge(now, force);
   fw_abandon_purge(now, force);

@@ -86,10 +86,6 @@ void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
   }
 }
 
-void fw_large_cache_first(fw_heap_t *heap, long delay) {
-  heap->lcache_due = fw_os_clock_ms() + (uint64_t)delay;
-}
-
 /* Which cached page of the slice count: one in which an earlier block
  * ended in the same 4 KiB page as this one will, if one of the first few
  * did, else the one freed last. A program that writes a big buffer's first

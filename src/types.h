@@ -231,7 +231,8 @@ struct fw_heap_s {
   fw_page_t *lcache[FW_SPAN_MAX_SLICES + 1]; /* freed large pages by slice count */
   size_t lcache_bytes;
   size_t lcache_recent;            /* bytes of span blocks (up to 2 MiB) handed out since the last look */
-  uint64_t lcache_due;             /* ms: next look for cached pages not reused */
+  uint64_t lcache_due;             /* ms: next look for cached pages not reused (0:
+                                       set by the next housekeeping) */
   /* Last, and never cleared by a memset when the struct is recycled: other
    * threads may read them at any time. The owner check of a call on a dead
    * handle reads thread_id; a remote free that read page->heap just before
