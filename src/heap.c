@@ -124,6 +124,10 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   fw_tld_t *tld = heap->tld;
   size_t bs = fw_class_size[cls];
   int kind = bs <= FW_SMALL_MAX ? FW_KIND_SMALL : FW_KIND_MEDIUM;
+  /* a class whose empty head went for another's page is back (page.c,
+   * fw_page_retire_empty_head) */
+  uint64_t bit = (uint64_t)1 << (cls % 64);
+  if (heap->head_gone[cls / 64] & bit) heap->head_back[cls / 64] |= bit;
   if (heap->retained) {
     if ((page = fw_heap_retained_find(heap, cls, kind, false)) != NULL) {
       fw_retained_unlink(heap, page);

@@ -213,6 +213,10 @@ struct fw_heap_s {
   fw_tld_t *tld;
   fw_page_queue_t queues[FW_CLASS_COUNT + 1];
   uint64_t queued[2];              /* bit c: queues[c] is not empty (page.c) */
+  uint64_t head_gone[2];           /* bit c: class c's empty head page gave its
+                                      slot back for another class's new page */
+  uint64_t head_back[2];           /* bit c: ... and class c needed a new page
+                                      after that: its empty head stays */
   bool adopted_any;                /* has taken in pages of another heap or thread */
   fw_page_queue_t full;
   fw_heap_t *next, *prev;          /* tld->heaps */

@@ -558,8 +558,42 @@ static void t_page_aligned_flag(void) {
   fw_heap_struct_free(heap);
 }
 
+/* A program that takes and frees blocks of two classes in turn, each freed
+ * before the next is taken: once a class's empty head page has given its
+ * slot to the other class and the first class came back for a page, its
+ * head stays (fw_page_retire_empty_head, heap->head_back). Before, each
+ * malloc set a page up for its class, the other's empty head having gone
+ * for it: the head page changed at every round. */
+static void t_page_heads_alternate(void) {
+  fw_heap_t *heap = test_heap();
+  const size_t sa = 64, sb = 96, ca = fw_size_class(sa), cb = fw_size_class(sb);
+  CHECK(ca != cb && fw_class_size[cb] <= FW_SMALL_MAX);
+  fw_page_t *first_a = NULL, *first_b = NULL;
+  size_t changes = 0;
+  for (int round = 0; round < 200; round++) {
+    void *a = fw_heap_malloc_fast(heap, sa);
+    CHECK(a != NULL);
+    fw_page_t *pa = fw_ptr_page(a);
+    fw_heap_free_local(pa, a);
+    void *b = fw_heap_malloc_fast(heap, sb);
+    CHECK(b != NULL);
+    fw_page_t *pb = fw_ptr_page(b);
+    fw_heap_free_local(pb, b);
+    if (round >= 2) {
+      changes += pa != first_a || pb != first_b;
+      /* the other class's head stays in its queue while this one is used */
+      CHECKF(heap->queues[ca].first == pa, "round %d: class %zu's head %p left its queue (now %p)", round, ca,
+             (void *)pa, (void *)heap->queues[ca].first);
+    }
+    first_a = pa, first_b = pb;
+  }
+  CHECKF(changes == 0, "the head pages changed in %zu of 198 rounds", changes);
+  fw_heap_release(heap, NULL, true);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
+    {"page_heads_alternate", t_page_heads_alternate},
     {"page_queue", t_page_queue},
     {"page_pop_push", t_page_pop_push},
     {"page_collect", t_page_collect},
