@@ -4,8 +4,6 @@
  *   bench_fastpath ring SIZE N   a ring of 1000 live blocks: N times free the
  *                                oldest and allocate a new one in its place
  *   bench_fastpath loop SIZE N   the same loop without allocating
- *   bench_fastpath calloc SIZE N   N times: p = calloc(1, SIZE); free(p)
- *   bench_fastpath aligned SIZE N  N times: p = aligned_alloc(64, SIZE); free(p)
  *
  * Meant to be run under an instruction counter with two values of N: the
  * difference divided by the difference of N is the cost of one iteration,
@@ -22,7 +20,7 @@ static void *volatile sink;
 
 int main(int argc, char **argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: %s pair|ring|calloc|aligned|loop SIZE N\n", argv[0]);
+    fprintf(stderr, "usage: %s pair|ring|loop SIZE N\n", argv[0]);
     return 2;
   }
   size_t size = (size_t)strtoull(argv[2], NULL, 10);
@@ -46,19 +44,6 @@ int main(int argc, char **argv) {
       if (++k == RING) k = 0;
     }
     for (int i = 0; i < RING; i++) free(ring[i]);
-  } else if (strcmp(argv[1], "calloc") == 0) {
-    for (long long i = 0; i < n; i++) {
-      void *p = calloc(1, size);
-      sink = p;
-      free(p);
-    }
-  } else if (strcmp(argv[1], "aligned") == 0) {
-    size_t rounded = (size + 63) & ~(size_t)63; /* C11 asks for a multiple of the alignment */
-    for (long long i = 0; i < n; i++) {
-      void *p = aligned_alloc(64, rounded);
-      sink = p;
-      free(p);
-    }
   } else if (strcmp(argv[1], "loop") == 0) {
     for (long long i = 0; i < n; i++) sink = &size;
   } else {

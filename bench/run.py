@@ -1095,10 +1095,15 @@ class FastPath(Experiment):
     metric_label = "instructions per malloc+free"
     plot = False
     CONFIGS = [("pair", 16), ("pair", 64), ("pair", 256), ("pair", 1024), ("ring", 64), ("ring", 1024),
-               ("calloc", 64), ("aligned", 64)]
+               ("calloc", 64), ("aligned", 64), ("realloc", 64), ("pair", 256 << 10)]
+
+    # (bench_apipath's modes: calloc, aligned_alloc and realloc)
+    APIPATH = ("calloc", "aligned", "realloc")
 
     def cases(self, binpath, scale, full):
-        return [Case("%s %s" % (mode, human_size(size)), [binpath("fastpath"), mode, size]) for mode, size in self.CONFIGS]
+        return [Case("%s %s" % (mode, human_size(size)),
+                     [binpath("apipath" if mode in self.APIPATH else "fastpath"), mode, size])
+                for mode, size in self.CONFIGS]
 
 
 class BigChurn(Experiment):
