@@ -216,7 +216,9 @@ struct fw_heap_s {
   uint64_t head_gone[2];           /* bit c: class c's empty head page gave its
                                       slot back for another class's new page */
   uint64_t head_back[2];           /* bit c: ... and class c needed a new page
-                                      after that: its empty head stays */
+                                      after that: its empty head stays (both
+                                      cleared every FW_HEAD_BACK_PAGES new pages) */
+  uint32_t pages_new;              /* pages set up (fw_heap_page_new) */
   bool adopted_any;                /* has taken in pages of another heap or thread */
   fw_page_queue_t full;
   fw_heap_t *next, *prev;          /* tld->heaps */
