@@ -480,18 +480,7 @@ FW_INLINE void *fw_realloc_move(fw_heap_t *heap, fw_segment_t *seg, void *p, siz
 }
 
 void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size) {
-  /* fw_block_check's tests that such a page leaves (free.c): it is in use
-   * and not a large block's, so p must be the start of one of its carved
-   * blocks and not hold a free list's link; this thread owns the page, so
-   * on 32-bit builds its lists are its to look through */
-  const fw_block_t *b = p;
-  size_t off = (size_t)((const uint8_t *)b - page->area);
-  if (fw_unlikely((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
-                  !fw_page_offset_at_block(page, off)))
-    fw_block_report(seg, page, p, "free of a pointer inside a block");
-  if (fw_unlikely(fw_secure ? fw_block_marked(b)
-                            : fw_link_looks_free(b) && (FW_LINK_PROOF || fw_page_lists_hold(page, b))))
-    fw_block_report(seg, page, p, "realloc of a freed block");
+  fw_block_check_in(seg, page, p, p, "realloc of a freed block");  /* the cookie: the tag's match */
   size_t usable = page->block_size;
   if (size <= usable && size >= usable / 2) return p;
   return fw_realloc_move(heap, seg, p, size, usable);

@@ -233,33 +233,10 @@ void fw_free_checked(void *p, unsigned how, size_t size, size_t align) {
  * on 32-bit ones, where one live block in 8192 would look so, only when its
  * owner (the caller) finds it on the page's lists, or when the caller holds
  * it for a batch (another thread's block it freed). */
-static bool fw_block_freed_32(fw_segment_t *seg, const fw_page_t *page, const fw_block_t *b) {
+bool fw_block_freed_32(fw_segment_t *seg, const fw_page_t *page, const fw_block_t *b) {
   if (FW_LINK_PROOF) return true;
   if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) return fw_page_lists_hold(page, b);
   return fw_rfree_holds(page, b);
-}
-
-/* fw_block_check where the segment's cookie was checked already. */
-FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b,
-                                 const char *freed) {
-  const char *what = NULL;
-  if (fw_page_flags(page) & FW_PF_UNUSED) what = freed;
-  else if (page->kind == FW_KIND_LARGE) {
-    if ((const void *)b != p && !(fw_page_flags(page) & FW_PF_ALIGNED)) what = "free of a pointer inside a block";
-    else if (page->used == 0) what = freed;
-  } else {
-    /* reserved, not capacity: capacity is the owner's, still moving; the
-     * block-start test needs no division (sizeclass.h), as every free of
-     * the secure level comes here */
-    size_t off = (size_t)((const uint8_t *)b - page->area);
-    if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
-        !fw_page_offset_at_block(page, off))
-      what = "free of a pointer inside a block";
-    else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b) && fw_block_freed_32(seg, page, b))
-      what = freed;
-  }
-  if (fw_likely(what == NULL)) return;
-  fw_block_report(seg, page, p, what);
 }
 
 void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b, const char *freed) {

@@ -47,6 +47,31 @@ FW_HIDDEN void fw_block_check(fw_segment_t *seg, fw_page_t *page, const void *p,
 /* The report of fw_block_check: what happened to p, then abort. */
 FW_HIDDEN __attribute__((noreturn)) void fw_block_report(fw_segment_t *seg, const fw_page_t *page, const void *p,
                                                          const char *what);
+/* A block whose first word looks like a list link is freed (free.c). */
+FW_HIDDEN bool fw_block_freed_32(fw_segment_t *seg, const fw_page_t *page, const fw_block_t *b);
+/* fw_block_check where the segment's cookie was checked already. */
+FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void *p, const fw_block_t *b,
+                                 const char *freed) {
+  const char *what = NULL;
+  if (fw_page_flags(page) & FW_PF_UNUSED) what = freed;
+  else if (page->kind == FW_KIND_LARGE) {
+    if ((const void *)b != p && !(fw_page_flags(page) & FW_PF_ALIGNED)) what = "free of a pointer inside a block";
+    else if (page->used == 0) what = freed;
+  } else {
+    /* reserved, not capacity: capacity is the owner's, still moving; the
+     * block-start test needs no division (sizeclass.h), as every free of
+     * the secure level comes here */
+    size_t off = (size_t)((const uint8_t *)b - page->area);
+    if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
+        !fw_page_offset_at_block(page, off))
+      what = "free of a pointer inside a block";
+    else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b) && fw_block_freed_32(seg, page, b))
+      what = freed;
+  }
+  if (fw_likely(what == NULL)) return;
+  fw_block_report(seg, page, p, what);
+}
+
 
 /* realloc's common move, apart from fw_realloc_ex and its stack frame:
  * p is a block of page, a small or medium page of this thread's with no
