@@ -846,7 +846,7 @@ static const fwt_section sections[] = {
   {"large_reuse", t_large_reuse},
   {"_large_ends", t_large_ends},
   {"_medium_reuse", t_medium_reuse},
-  {"realloc_grow", t_realloc_grow},
+  {"_realloc_grow", t_realloc_grow},
   {"big_churn", t_big_churn},
   {"thp_advice", t_thp_advice},
   {"exit_abandoned", t_exit_abandoned},
