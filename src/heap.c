@@ -159,6 +159,7 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
   }
   if (!page) page = fw_segment_page_alloc(tld, kind, true);
   if (!page) return NULL;
+  if (heap->filled[cls / 64] & bit) fw_segment_page_fault_in(page);
   fw_page_init(page, heap, cls, bs);
   fw_page_queue_push_front(heap, &heap->queues[cls], page);
   return page;

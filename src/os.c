@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "os.h"
 #include <sys/mman.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -127,6 +128,22 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
   (void)p; (void)size; (void)huge;
   return false;
 #endif
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+/* set when the kernel does not know the advice: asked once, not per page */
+static _Atomic(bool) fw_os_populate_off;
+
+bool fw_os_populate(void *p, size_t size) {
+  if (atomic_load_explicit(&fw_os_populate_off, memory_order_relaxed)) return false;
+  fw_os_count(FW_OSC_POPULATE);
+  int saved = errno;  /* a malloc that succeeds leaves errno as it was */
+  if (madvise(p, size, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno == EINVAL) atomic_store_explicit(&fw_os_populate_off, true, memory_order_relaxed);
+  errno = saved;
+  return false;
 }
 
 size_t fw_os_resident(const void *p, size_t size) {

@@ -104,9 +104,9 @@ FW_HIDDEN void fw_os_unmap(void *p, size_t size);
  * again; false if the OS refused. Each guard splits its mapping. */
 FW_HIDDEN bool fw_os_guard(void *p, size_t size, bool guard);
 /* How many times freeway asked for each of the primitives above and below
- * (fw_os_map, fw_os_unmap, fw_os_purge, fw_os_guard, fw_os_thp), for the
+ * (fw_os_map, fw_os_unmap, fw_os_purge, fw_os_guard, fw_os_thp, ...), for the
  * ledger: calls of the primitive, each one or a few system calls. */
-enum { FW_OSC_MAP, FW_OSC_UNMAP, FW_OSC_PURGE, FW_OSC_GUARD, FW_OSC_THP, FW_OSC_RESIDENT, FW_OSC_COUNT };
+enum { FW_OSC_MAP, FW_OSC_UNMAP, FW_OSC_PURGE, FW_OSC_GUARD, FW_OSC_THP, FW_OSC_RESIDENT, FW_OSC_POPULATE, FW_OSC_COUNT };
 FW_HIDDEN extern _Atomic(uint64_t) fw_os_calls[FW_OSC_COUNT];
 FW_INLINE void fw_os_count(int kind) { atomic_fetch_add_explicit(&fw_os_calls[kind], 1, memory_order_relaxed); }
 /* Gives the memory of [p, p + size) back to the OS and makes it read as
@@ -124,6 +124,10 @@ FW_HIDDEN bool fw_os_purge_pages(void *p, size_t size);
  * to. False if it refused (no THP support): nothing changed. Splits the
  * mapping where the advice changes, so callers give it in whole chunks. */
 FW_HIDDEN bool fw_os_thp(void *p, size_t size, bool huge);
+/* Faults the whole OS pages of [p, p + size) in, writable, in one call
+ * instead of one fault per page. False if the OS cannot (then nothing
+ * happened; the pages fault in at first touch as before). */
+FW_HIDDEN bool fw_os_populate(void *p, size_t size);
 /* How many bytes of the whole OS pages inside [p, p + size) are resident
  * (size at most FW_OS_RESIDENT_MAX); SIZE_MAX if the OS cannot tell. One
  * system call that walks the range's page tables and touches no page. */

@@ -204,6 +204,12 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
   return false;
 }
 
+bool fw_os_populate(void *p, size_t size) {
+  /* committed memory faults in at first touch; nothing to ask ahead */
+  (void)p, (void)size;
+  return false;
+}
+
 size_t fw_os_resident(const void *p, size_t size) {
   /* QueryWorkingSetEx could tell, one entry a page; nothing asks it yet */
   (void)p, (void)size;

@@ -375,6 +375,7 @@ static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
     return false;
   fw_page_flags_set(page, page->flags | FW_PF_FULL);
   fw_page_queue_push(heap, &heap->full, page);
+  heap->filled[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
   return true;
 }
 

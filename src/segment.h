@@ -10,6 +10,10 @@
  * The descriptor comes back with area, block_size (the bytes available),
  * slices, kind and is_zero set. NULL: none free (or no memory). */
 FW_HIDDEN fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new);
+/* For a page just taken, of a size class that has filled a page of its
+ * heap before: faults its memory in with one system call if it is fresh
+ * (FREEWAY_POPULATE). */
+FW_HIDDEN void fw_segment_page_fault_in(const fw_page_t *page);
 /* A LARGE page of n slices (1..FW_SPAN_MAX_SLICES) in a span segment. */
 FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new);
 /* The owner is freeing a large block of more than FW_BIG_MIN (1 MiB): now

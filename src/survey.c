@@ -367,7 +367,7 @@ static void fw_survey_pools(size_t *slabs, size_t *live, size_t *cached) {
   *cached = *slabs - *live;
 }
 
-static const char *const fw_osc_names[FW_OSC_COUNT] = {"map", "unmap", "purge", "guard", "huge_pages", "resident"};
+static const char *const fw_osc_names[FW_OSC_COUNT] = {"map", "unmap", "purge", "guard", "huge_pages", "resident", "populate"};
 
 /* The counts: blocks handed out and freed (the counting flavour only: the
  * default's fast frees count nothing), frees that crossed threads, and the

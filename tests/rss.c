@@ -7,6 +7,9 @@
  *   large_reuse:   large blocks freed and allocated again in a window of
  *                  live ones land where pages were touched before (the
  *                  large-block cache), so page faults stay few;
+ *   populate:      a size class that fills a page has its next fresh pages
+ *                  faulted in whole (FREEWAY_POPULATE), one with a block or
+ *                  two in use does not;
  *   realloc_grow:  buffers grown through every size class by realloc reuse
  *                  the pages the classes below left empty, so the memory
  *                  touched stays near the final size;
@@ -565,6 +568,79 @@ static void t_realloc_grow(void) {
   for (size_t i = 0; i < RG_B; i++) A.free(buf[i]);
 }
 
+/* The OS calls of kind "populate" so far (fw_stats_print_json). */
+static long populate_calls(void) {
+  static char buf[1 << 16];
+  char path[] = "/tmp/fw-populate-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  X.stats_print_json(fd);
+  ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
+  close(fd);
+  CHECK(got > 0);
+  buf[got] = 0;
+  const char *at = strstr(buf, "\"populate\": ");
+  CHECKF(at != NULL, "no populate count in the report:\n%.300s", buf);
+  return strtol(at + strlen("\"populate\": "), NULL, 10);
+}
+
+/* A fresh thread: a block or two of each of 40 sizes (a page each, mostly
+ * unwritten) must be faulted in as written, no page in whole; then 1 MiB
+ * of 256-byte blocks kept (16 pages of one class) must have the pages
+ * after the class's first come in whole, one call each; with the option
+ * off, none again. */
+static void *populate_thread(void *arg) {
+  (void)arg;
+  long p0 = populate_calls();
+  size_t r0 = fwt_rss();
+  void *few[80];
+  for (int i = 0; i < 80; i++) {
+    few[i] = A.malloc(16 + (size_t)(i / 2) * 48);
+    CHECK(few[i] != NULL);
+    memset(few[i], 1, 16);
+  }
+  long p1 = populate_calls();
+  size_t r1 = fwt_rss();
+  fwt_log("populate: 80 blocks of 40 sizes: %ld populate calls, RSS +%zu KiB", p1 - p0, (r1 - r0) >> 10);
+  CHECKF(p1 == p0, "a page with two blocks in use was faulted in whole (%ld calls)", p1 - p0);
+  CHECKF(r1 - r0 < 1 * MiB, "80 blocks of 40 sizes took %zu KiB of RSS", (r1 - r0) >> 10);
+  enum { N = 4096 };
+  static char *keep[2][N];
+  for (int i = 0; i < N; i++) {
+    keep[0][i] = A.malloc(256);
+    CHECK(keep[0][i] != NULL);
+    keep[0][i][0] = (char)i;
+  }
+  long p2 = populate_calls();
+  fwt_log("populate: 1 MiB of 256-byte blocks: %ld populate calls", p2 - p1);
+  CHECKF(p2 - p1 >= 12, "1 MiB of 256-byte blocks (16 pages) faulted %ld pages in whole", p2 - p1);
+  CHECK(X.option_set("populate", 0) == 0);
+  for (int i = 0; i < N; i++) {
+    keep[1][i] = A.malloc(240);
+    CHECK(keep[1][i] != NULL);
+    keep[1][i][0] = (char)i;
+  }
+  long p3 = populate_calls();
+  CHECK(X.option_set("populate", 1) == 0);
+  CHECKF(p3 == p2, "with FREEWAY_POPULATE=0, %ld pages were faulted in whole", p3 - p2);
+  for (int i = 0; i < N; i++) {
+    CHECK(keep[0][i][0] == (char)i && keep[1][i][0] == (char)i);
+    A.free(keep[0][i]);
+    A.free(keep[1][i]);
+  }
+  for (int i = 0; i < 80; i++) A.free(few[i]);
+  return NULL;
+}
+
+static void t_populate(void) {
+  if (X.option_get("populate") != 1) {
+    fwt_log("populate: the option is off here; skipped");
+    exit(77);
+  }
+  run_thread(populate_thread, NULL);
+}
+
 /* The VmFlags of the mapping holding p (/proc/self/smaps), or "" if none. */
 static void vm_flags(const void *p, char *out, size_t cap) {
   out[0] = 0;
@@ -847,6 +923,7 @@ static const fwt_section sections[] = {
   {"_large_ends", t_large_ends},
   {"_medium_reuse", t_medium_reuse},
   {"_realloc_grow", t_realloc_grow},
+  {"_populate", t_populate},
   {"big_churn", t_big_churn},
   {"thp_advice", t_thp_advice},
   {"exit_abandoned", t_exit_abandoned},
