@@ -65,8 +65,13 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
 /* ... and what a thread holds in all: blocks held are blocks their owner
  * cannot reuse, and bench_xmalloc's four consumers (8 B to 1 KiB) held
  * enough in 64 entries with no such cap to take the peak RSS from 10 to
- * 16 MB. */
-#define FW_RFREE_HELD ((size_t)64 << 10)
+ * 16 MB. A cap of 64 KiB handed bench_prodcons's blocks (16 B to 4 KiB,
+ * some 40 pages in turn) over one or two at a time: each new block of a
+ * page found the total above the cap and its entry went at once (callgrind,
+ * one pair: half the frees set an entry up). With 128 KiB: prodcons 1 pair
+ * 170 -> 148 ms (medians of 21; 139 with 256 KiB), xmalloc 8 B-1 KiB 4+4
+ * peak RSS 10.5 -> 11.2 MB (12.4). */
+#define FW_RFREE_HELD ((size_t)128 << 10)
 
 FW_INLINE size_t fw_rfree_slot(const fw_page_t *page) {
   uint64_t h = (uint64_t)(uintptr_t)page >> FW_PAGE_DESC_SHIFT;

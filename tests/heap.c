@@ -950,7 +950,7 @@ static void t_remote_batch(void) {
 
 /* Blocks of many pages (40 size classes) freed by another thread: it holds
  * some of them, each page's in an entry of its own, but never more than
- * 64 KiB in all (free.c FW_RFREE_HELD: blocks held are blocks their owner
+ * 128 KiB in all (free.c FW_RFREE_HELD: blocks held are blocks their owner
  * cannot reuse), and hands all of them over when it collects. */
 enum { RBB_SIZES = 40, RBB_EACH = 16, RBB_N = RBB_SIZES * RBB_EACH };
 
@@ -972,7 +972,7 @@ static void t_remote_batch_bound(void) {
   size_t before = rb_start(&j, def, p, RBB_N, true, false);
   CHECK(before >= freed);
   size_t held = rb_freed(&j, def) - (before - freed);
-  CHECKF(held <= ((size_t)64 << 10), "another thread freed %zu bytes of %d pages' blocks and holds %zu of them",
+  CHECKF(held <= ((size_t)128 << 10), "another thread freed %zu bytes of %d pages' blocks and holds %zu of them",
          freed, RBB_SIZES, held);
   CHECKF(batching ? held > 0 : held == 0, "%zu bytes held (%s)", held, batching ? "batching" : "no batching in this mode");
   size_t after = rb_collected(&j, def);
