@@ -137,7 +137,13 @@ bool fw_os_thp(void *p, size_t size, bool huge) {
 static _Atomic(bool) fw_os_populate_off;
 
 bool fw_os_populate(void *p, size_t size) {
-  if (atomic_load_explicit(&fw_os_populate_off, memory_order_relaxed)) return false;
+  /* whole OS pages only: the kernel refuses a start that is not one's with
+   * EINVAL, which would read as an unknown advice (a page slot after the
+   * segment header is 4 KiB-aligned, not 16 or 64 KiB-aligned) */
+  uintptr_t ps = fw_os_page, start = ((uintptr_t)p + ps - 1) & ~(ps - 1);
+  uintptr_t end = ((uintptr_t)p + size) & ~(ps - 1);
+  if (end <= start || atomic_load_explicit(&fw_os_populate_off, memory_order_relaxed)) return false;
+  p = (void *)start, size = end - start;
   fw_os_count(FW_OSC_POPULATE);
   int saved = errno;  /* a malloc that succeeds leaves errno as it was */
   if (madvise(p, size, MADV_POPULATE_WRITE) == 0) return true;

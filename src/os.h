@@ -124,9 +124,10 @@ FW_HIDDEN bool fw_os_purge_pages(void *p, size_t size);
  * to. False if it refused (no THP support): nothing changed. Splits the
  * mapping where the advice changes, so callers give it in whole chunks. */
 FW_HIDDEN bool fw_os_thp(void *p, size_t size, bool huge);
-/* Faults the whole OS pages of [p, p + size) in, writable, in one call
- * instead of one fault per page. False if the OS cannot (then nothing
- * happened; the pages fault in at first touch as before). */
+/* Faults the whole OS pages inside [p, p + size) in, writable, in one call
+ * instead of one fault per page. False if there is none, or if the OS
+ * cannot (then nothing happened; the pages fault in at first touch as
+ * before). */
 FW_HIDDEN bool fw_os_populate(void *p, size_t size);
 /* How many bytes of the whole OS pages inside [p, p + size) are resident
  * (size at most FW_OS_RESIDENT_MAX); SIZE_MAX if the OS cannot tell. One

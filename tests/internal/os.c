@@ -181,6 +181,33 @@ static void t_os_purge_64k(void) {
   CHECK(fw_os_page_size() == real_page());
 }
 
+/* fw_os_populate brings in the whole OS pages inside its range, none
+ * around them, without a write; a range with no whole page, or one that
+ * does not start on a page, must not turn it off for the calls after
+ * (the kernel refuses an unaligned start with the EINVAL an unknown advice
+ * gets). With a pretended 64 KiB page: 64 KiB pages only. */
+static void t_os_populate(void) {
+  fw_os_init();
+  const size_t page = real_page(), big = (size_t)64 << 10, len = 4 * big;
+  if (page > big) it_skip("the OS page (%zu) is larger than 64 KiB", page);
+  uint8_t *region = fw_os_map(len, big, 0);
+  CHECK(region != NULL && ((uintptr_t)region & (big - 1)) == 0);
+  if (!fw_os_populate(region, page)) it_skip("the kernel does not populate (MADV_POPULATE_WRITE, Linux 5.14)");
+  CHECK(resident(region) && !resident(region + page));
+  CHECK(!fw_os_populate(region + page + 10, 100)); /* no whole page */
+  CHECK(fw_os_populate(region + page + 100, 2 * page)); /* one whole page inside */
+  CHECK(!resident(region + page) && resident(region + 2 * page) && !resident(region + 3 * page));
+  fw_os_page_size_override(big);
+  CHECK(fw_os_populate(region + big + 4096, 2 * big));
+  CHECK(!resident(region + big + 4096) && resident(region + 2 * big) && resident(region + 3 * big - 1));
+  CHECK(!resident(region + 3 * big));
+  fw_os_page_size_override(0);
+  CHECK(fw_os_populate(region + 3 * big, page));
+  CHECK(resident(region + 3 * big));
+  for (size_t k = 0; k < len; k++) CHECK(region[k] == 0);
+  fw_os_unmap(region, len);
+}
+
 /* Locked memory cannot be dropped: fw_os_purge refuses and leaves every
  * byte as it was (the partial pages too), so the caller keeps it dirty. */
 static void t_os_purge_locked(void) {
@@ -779,7 +806,7 @@ int main(int argc, char **argv) {
     {"os_resident", t_os_resident},
     {"os_map", t_os_map},           {"os_map_subpage_offset", t_os_map_subpage_offset},
     {"os_purge", t_os_purge},       {"os_purge_64k", t_os_purge_64k},
-    {"os_purge_locked", t_os_purge_locked}, {"lock", t_lock},
+    {"os_purge_locked", t_os_purge_locked}, {"os_populate", t_os_populate}, {"lock", t_lock},
     {"os_backtrace", t_os_backtrace}, {"os_backtrace_skip", t_os_backtrace_skip},
     {"os_backtrace_cached", t_os_backtrace_cached}, {"os_backtrace_threads", t_os_backtrace_threads},
     {"os_mappings", t_os_mappings},
