@@ -375,7 +375,6 @@ static bool fw_page_mark_full(fw_heap_t *heap, fw_page_t *page) {
     return false;
   fw_page_flags_set(page, page->flags | FW_PF_FULL);
   fw_page_queue_push(heap, &heap->full, page);
-  heap->filled[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
   return true;
 }
 
@@ -505,6 +504,9 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
     fw_page_t *next = page->next;
     fw_page_queue_remove(heap, q, page);
     fw_page_to_full(heap, page);
+    /* used up by this heap's mallocs (not a page of samples, full from the
+     * start, nor one adopted full): the class piles up (heap.c) */
+    heap->filled[cls / 64] |= (uint64_t)1 << (cls % 64);
     if (fw_page_has_free(page)) {  /* a remote free arrived in the meantime */
       if (q->first != page) {
         fw_page_queue_remove(heap, q, page);

@@ -219,7 +219,7 @@ struct fw_heap_s {
                                       after that: its empty head stays (both
                                       cleared every FW_HEAD_BACK_PAGES new pages) */
   uint32_t pages_new;              /* pages set up (fw_heap_page_new) */
-  uint64_t filled[2];              /* bit c: a page of class c went full here:
+  uint64_t filled[2];              /* bit c: this heap used a page of class c up:
                                       its next fresh pages come in whole
                                       (fw_segment_page_fault_in) */
   bool adopted_any;                /* has taken in pages of another heap or thread */
