@@ -72,7 +72,6 @@ FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void 
   fw_block_report(seg, page, p, what);
 }
 
-
 /* realloc's common move, apart from fw_realloc_ex and its stack frame:
  * p is a block of page, a small or medium page of this thread's with no
  * flag (its slice's tag is the thread's: the free fast path's one test),

@@ -140,6 +140,26 @@ void fwt_stats(fw_stats_t *out) {
   CHECK(X.stats_get(out) == 0);
 }
 
+size_t fwt_json_size(const char *report, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char *at = strstr(report, pat);
+  CHECKF(at != NULL, "no %s in the report:\n%.300s", key, report);
+  return (size_t)strtoull(at + strlen(pat), NULL, 10);
+}
+
+void fwt_stats_json(char *buf, size_t cap) {
+  char path[] = "/tmp/fw-stats-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  X.stats_print_json(fd);
+  ssize_t got = pread(fd, buf, cap - 1, 0);
+  close(fd);
+  CHECK(got > 0);
+  buf[got] = 0;
+}
+
 void *fwt_scratch(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECKF(p != MAP_FAILED, "mmap of %zu scratch bytes", bytes);

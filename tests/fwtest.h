@@ -188,6 +188,11 @@ size_t fwt_page_size(void);
 size_t fwt_scaled(size_t n);
 /* fw_stats_get through X, with the size field set and the result checked. */
 void fwt_stats(fw_stats_t *out);
+/* The integer after "key": in a report of fw_stats_print_json's (checked to
+ * be there). */
+size_t fwt_json_size(const char *report, const char *key);
+/* fw_stats_print_json through X into buf (cap bytes, 0-terminated). */
+void fwt_stats_json(char *buf, size_t cap);
 /* mmap'd scratch memory for bookkeeping arrays, kept apart from the heap
  * under test. */
 void *fwt_scratch(size_t bytes);

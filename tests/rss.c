@@ -572,18 +572,8 @@ static void t_realloc_grow(void) {
 /* The OS calls of kind "populate" so far (fw_stats_print_json). */
 static long populate_calls(void) {
   static char buf[1 << 16];
-  char path[] = "/tmp/fw-populate-XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  unlink(path);
-  X.stats_print_json(fd);
-  ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
-  close(fd);
-  CHECK(got > 0);
-  buf[got] = 0;
-  const char *at = strstr(buf, "\"populate\": ");
-  CHECKF(at != NULL, "no populate count in the report:\n%.300s", buf);
-  return strtol(at + strlen("\"populate\": "), NULL, 10);
+  fwt_stats_json(buf, sizeof buf);
+  return (long)fwt_json_size(buf, "populate");
 }
 
 /* A fresh thread: a block or two of each of 40 sizes (a page each, mostly

@@ -354,14 +354,6 @@ static void *pk_grow(void *arg) {
   return NULL;
 }
 
-static size_t json_field(const char *buf, const char *key) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\": ", key);
-  const char *at = strstr(buf, pat);
-  CHECKF(at != NULL, "no %s in the report:\n%.300s", key, buf);
-  return (size_t)strtoull(at + strlen(pat), NULL, 10);
-}
-
 static void t_peaks(void) {
   char path[] = "/tmp/fw-peaks-XXXXXX";
   int fd = mkstemp(path);
@@ -379,8 +371,8 @@ static void t_peaks(void) {
     ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
     CHECK(got > 0);
     buf[got] = 0;
-    size_t rss = json_field(buf, "rss"), rss_peak = json_field(buf, "rss_peak");
-    size_t committed = json_field(buf, "committed"), committed_peak = json_field(buf, "committed_peak");
+    size_t rss = fwt_json_size(buf, "rss"), rss_peak = fwt_json_size(buf, "rss_peak");
+    size_t committed = fwt_json_size(buf, "committed"), committed_peak = fwt_json_size(buf, "committed_peak");
     CHECKF(rss_peak >= rss, "round %d: rss_peak %zu below rss %zu", rounds, rss_peak, rss);
     CHECKF(committed_peak >= committed, "round %d: committed_peak %zu below committed %zu", rounds, committed_peak,
            committed);
