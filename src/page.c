@@ -467,6 +467,18 @@ static fw_page_t *fw_page_queue_served(fw_page_t *page, bool own) {
   return NULL;
 }
 
+/* One of the few pages from page on whose list of blocks other threads
+ * freed holds at least want of them (folded in), or NULL. */
+static fw_page_t *fw_page_queue_returned(fw_page_t *page, uint32_t want) {
+  for (int n = 0; page && n < FW_QUEUE_LOOKAHEAD; page = page->next, n++) {
+    uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+    if (FW_XFREE_COUNT(x) < want) continue;
+    fw_page_collect(page);
+    if (fw_page_has_free(page)) return page;
+  }
+  return NULL;
+}
+
 fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
   fw_page_queue_t *q = &heap->queues[cls];
   fw_page_t *page = q->first;
@@ -490,6 +502,19 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
          * pages only, 39,600 and 136 MiB; medians of 5.) */
         bool own = page->kind == FW_KIND_MEDIUM;
         fw_page_t *other = heap->adopted_any || own ? fw_page_queue_served(page->next, own) : NULL;
+        /* A page of the heap's own that other threads gave back as many
+         * blocks as a carve would bring (a 4 KiB page's worth) serves
+         * first: no more slow paths than carving, and no new memory. A
+         * producer whose blocks a consumer frees carved its pages whole
+         * while the blocks came back to its other pages: bench_prodcons 1
+         * pair, peak RSS 6.2 -> 4.6 MB (medians of 15, interleaved; Debian's
+         * mimalloc 3.0), bench_xmalloc 4 producers + 4 consumers, 8 B-16
+         * KiB, 45.8 -> 40.7 MB; times within the runs' noise. On 32-bit
+         * builds the lists carry no count and none is looked for. */
+        if (!other && page->next) {
+          size_t want = fw_os_page_size() / page->block_size;
+          other = fw_page_queue_returned(page->next, want ? (uint32_t)want : 1u);
+        }
         if (other) page = other;
         else fw_page_extend(page);
       }

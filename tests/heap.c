@@ -1008,6 +1008,105 @@ static void t_remote_batch_df(void) {
   CHECKF(strstr(out, "double free") != NULL, "a second free by another thread reported as: %.300s", out);
 }
 
+/* A page of the heap's own that another thread gave back a good number
+ * of blocks (a 4 KiB page's worth or more) serves before the page at hand
+ * carves new ones: a producer whose blocks a consumer frees reuses them
+ * instead of bringing in new memory (page.c fw_page_queue_find). The owner
+ * fills three pages of 256-byte blocks and starts a fourth; another thread
+ * frees the first two (but a block of each); the owner's next blocks must
+ * come from those two as soon as the fourth's carved blocks run out, not
+ * after the fourth is carved whole. 64-bit builds only (the remote lists
+ * carry their length there), in the default mode. */
+enum { RR_BS = 256, RR_PAGE = 64 << 10, RR_PER = RR_PAGE / RR_BS, RR_MAX = 4 * RR_PER + 8 };
+
+typedef struct {
+  void **p;
+  size_t n;
+} rr_job;
+
+static void *rr_free(void *arg) {
+  rr_job *j = arg;
+  X.free(X.malloc(1000)); /* a thread with a heap, as a consumer has */
+  for (size_t i = 0; i < j->n; i++) X.free(j->p[i]);
+  X.collect(false); /* what it held goes over */
+  return NULL;
+}
+
+typedef struct {
+  size_t from_fourth;  /* blocks of the fourth page before the first of another */
+  int other_page;      /* which page that first other block was on: 1, 2, or 0 */
+  int setup;           /* 0 if the pages came out as the test expects */
+} rr_result;
+
+static uintptr_t rr_page(const void *p) { return (uintptr_t)p / RR_PAGE; }
+
+static void *rr_owner(void *arg) {
+  rr_result *res = arg;
+  void **a = fwt_scratch(RR_MAX * sizeof *a);
+  uintptr_t pages[4];
+  size_t npages = 0, n = 0, start[4];
+  while (npages < 4 && n < RR_MAX) {
+    a[n] = X.malloc(RR_BS);
+    if (!a[n]) break;
+    if (!npages || rr_page(a[n]) != pages[npages - 1]) {
+      start[npages] = n;
+      pages[npages++] = rr_page(a[n]);
+    }
+    n++;
+  }
+  res->setup = npages == 4 ? 0 : 1;
+  /* the first two pages' blocks but their first go back from another thread */
+  void **back = fwt_scratch(2 * RR_PER * sizeof *back);
+  size_t nb = 0;
+  for (size_t i = start[0] + 1; i < start[2]; i++)
+    if (i != start[1]) back[nb++] = a[i];
+  rr_job j = {back, nb};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, rr_free, &j) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  void **more = fwt_scratch(RR_PER * sizeof *more);
+  res->from_fourth = 0;
+  res->other_page = 0;
+  size_t m = 0;
+  for (; m < RR_PER; m++) {
+    more[m] = X.malloc(RR_BS);
+    CHECK(more[m] != NULL);
+    uintptr_t pg = rr_page(more[m]);
+    if (pg == pages[3]) {
+      res->from_fourth++;
+      continue;
+    }
+    res->other_page = pg == pages[0] ? 1 : pg == pages[1] ? 2 : 0;
+    m++;
+    break;
+  }
+  for (size_t i = 0; i < m; i++) X.free(more[i]);
+  X.free(a[start[0]]);
+  X.free(a[start[1]]);
+  for (size_t i = start[2]; i < n; i++) X.free(a[i]);
+  fwt_scratch_free(more, RR_PER * sizeof *more);
+  fwt_scratch_free(back, 2 * RR_PER * sizeof *back);
+  fwt_scratch_free(a, RR_MAX * sizeof *a);
+  return NULL;
+}
+
+static void t_remote_returned(void) {
+  if (sizeof(void *) < 8 || X.option_get("cautious") == 1 || X.option_get("secure") == 1) {
+    fwt_log("remote_returned: not in this build or mode");
+    return;
+  }
+  rr_result res;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, rr_owner, &res) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECKF(res.setup == 0, "a fresh thread's 256-byte blocks did not fill four pages");
+  CHECKF(res.other_page != 0 && res.from_fourth < RR_PER / 2,
+         "%zu more blocks came from the page at hand (of %d) before one from a page another thread gave back "
+         "blocks to (that one from page %d)",
+         res.from_fourth, (int)RR_PER, res.other_page);
+  fwt_log("remote_returned: %zu blocks of the fourth page, then page %d's", res.from_fourth, res.other_page);
+}
+
 /* ---- queries after frees by other threads ---------------------------------------
  * Blocks another thread freed wait on their page's remote list (or, the first
  * one into a full page, on the heap's delayed list) until the owner next
@@ -1074,6 +1173,7 @@ static const fwt_section sections[] = {
   {"remote_batch", t_remote_batch},
   {"remote_batch_df", t_remote_batch_df},
   {"remote_batch_bound", t_remote_batch_bound},
+  {"remote_returned", t_remote_returned},
   {"many", t_many},
   {"remote_destroy", t_remote_destroy},
   {"remote_delete", t_remote_delete},
