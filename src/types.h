@@ -71,7 +71,7 @@ enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 
 #define FW_XFREE_COUNT(x) ((uint32_t)((x) >> FW_XFREE_COUNT_SHIFT))
 #else
 #define FW_XFREE_LIST(x) ((fw_block_t *)((x) & ~FW_XFREE_DELAYED))
-#define FW_XFREE_COUNT(x) ((uint32_t)0)
+#define FW_XFREE_COUNT(x) ((void)(x), (uint32_t)0)
 #endif
 
 /* A page: blocks of one size class carved from one or more slices. Owned by
