@@ -508,7 +508,7 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
          * producer whose blocks a consumer frees carved its pages whole
          * while the blocks came back to its other pages: bench_prodcons 1
          * pair, peak RSS 6.2 -> 4.6 MB (medians of 15, interleaved; Debian's
-         * mimalloc 3.0), bench_xmalloc 4 producers + 4 consumers, 8 B-16
+         * mimalloc: 3.0 MB), bench_xmalloc 4 producers + 4 consumers, 8 B-16
          * KiB, 45.8 -> 40.7 MB; times within the runs' noise. On 32-bit
          * builds the lists carry no count and none is looked for. */
         if (!other && page->next) {
