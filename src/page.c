@@ -455,24 +455,19 @@ void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
  * carves new blocks. */
 #define FW_QUEUE_LOOKAHEAD 8
 
-/* One of the few pages from page on that came from another heap or thread
- * (fw_page_adopt), or any if own, with free blocks, remote frees folded
- * in; or NULL. */
-static fw_page_t *fw_page_queue_served(fw_page_t *page, bool own) {
+/* One of the few pages from page on that may serve before the page at
+ * hand carves new blocks, with free blocks, remote frees folded in (also
+ * when it has free blocks already: left on the remote list, the blocks
+ * given back waited while the page's few own ones went, and bench_prodcons
+ * 1 pair kept 6.2 MB of peak RSS instead of 4.7); or NULL. It qualifies if it came from another heap or thread
+ * (fw_page_adopt), or with own any page, or if its list of blocks other
+ * threads freed holds want of them (64-bit builds: the lists carry their
+ * length there, and 32-bit ones look for none). */
+static fw_page_t *fw_page_queue_served(fw_page_t *page, bool own, uint32_t want) {
   for (int n = 0; page && n < FW_QUEUE_LOOKAHEAD; page = page->next, n++) {
-    if (!page->adopted && !own) continue;
-    if (!fw_page_has_free(page)) fw_page_collect(page);
-    if (fw_page_has_free(page)) return page;
-  }
-  return NULL;
-}
-
-/* One of the few pages from page on whose list of blocks other threads
- * freed holds at least want of them (folded in), or NULL. */
-static fw_page_t *fw_page_queue_returned(fw_page_t *page, uint32_t want) {
-  for (int n = 0; page && n < FW_QUEUE_LOOKAHEAD; page = page->next, n++) {
-    uintptr_t x = atomic_load_explicit(&page->xfree, memory_order_relaxed);
-    if (FW_XFREE_COUNT(x) < want) continue;
+    if (!page->adopted && !own &&
+        FW_XFREE_COUNT(atomic_load_explicit(&page->xfree, memory_order_relaxed)) < want)
+      continue;
     fw_page_collect(page);
     if (fw_page_has_free(page)) return page;
   }
@@ -491,30 +486,25 @@ fw_page_t *fw_page_queue_find(fw_heap_t *heap, size_t cls) {
          * other blocks are still live, so the page stays) are memory
          * touched already: they serve before this page carves new blocks,
          * which would bring in new memory while those stay resident. Of
-         * small blocks, only adopted pages: the heap's own pages with a few
-         * free blocks are often ones it is draining (a loop that frees its
-         * oldest blocks), and hopping to them would cost more slow paths
-         * than carving, which brings in a 4 KiB page for several blocks.
-         * Of medium blocks (8 KiB and more), any page: each block carved
-         * brings in a page of its own, at least, a page fault that costs
-         * far more than the slow paths. (bench_speed 12 threads, 256 B-
-         * 128 KiB: 45,000 page faults and 169 MiB of peak RSS with adopted
-         * pages only, 39,600 and 136 MiB; medians of 5.) */
-        bool own = page->kind == FW_KIND_MEDIUM;
-        fw_page_t *other = heap->adopted_any || own ? fw_page_queue_served(page->next, own) : NULL;
-        /* A page of the heap's own that other threads gave back as many
-         * blocks as a carve would bring (a 4 KiB page's worth) serves
-         * first: no more slow paths than carving, and no new memory. A
-         * producer whose blocks a consumer frees carved its pages whole
-         * while the blocks came back to its other pages: bench_prodcons 1
-         * pair, peak RSS 6.2 -> 4.6 MB (medians of 15, interleaved; Debian's
-         * mimalloc: 3.0 MB), bench_xmalloc 4 producers + 4 consumers, 8 B-16
-         * KiB, 45.8 -> 40.7 MB; times within the runs' noise. On 32-bit
-         * builds the lists carry no count and none is looked for. */
-        if (!other && page->next) {
-          size_t want = fw_os_page_size() / page->block_size;
-          other = fw_page_queue_returned(page->next, want ? (uint32_t)want : 1u);
-        }
+         * small blocks, adopted pages, and the heap's own pages that other
+         * threads gave back as many blocks as a carve brings (a 4 KiB
+         * page's worth): those with a few free blocks are often ones it is
+         * draining (a loop that frees its oldest blocks), and hopping to
+         * them would cost more slow paths than carving, which brings in a
+         * 4 KiB page for several blocks. A producer whose blocks a
+         * consumer frees carved its pages whole while the blocks came back
+         * to its other pages: bench_prodcons 1 pair, peak RSS 6.2 -> 4.6 MB
+         * (medians of 15, interleaved; Debian's mimalloc: 3.0 MB),
+         * bench_xmalloc 4 producers + 4 consumers, 8 B-16 KiB, 45.8 -> 40.7
+         * MB; times within the runs' noise. Of medium blocks (8 KiB and
+         * more), any page: each block carved brings in a page of its own,
+         * at least, a page fault that costs far more than the slow paths.
+         * (bench_speed 12 threads, 256 B-128 KiB: 45,000 page faults and
+         * 169 MiB of peak RSS with adopted pages only, 39,600 and 136 MiB;
+         * medians of 5.) */
+        size_t want = fw_os_page_size() / page->block_size;
+        fw_page_t *other =
+            fw_page_queue_served(page->next, page->kind == FW_KIND_MEDIUM, want ? (uint32_t)want : 1u);
         if (other) page = other;
         else fw_page_extend(page);
       }
