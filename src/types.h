@@ -81,18 +81,18 @@ enum { FW_KIND_SMALL = 0, FW_KIND_MEDIUM = 1, FW_KIND_LARGE = 2, FW_KIND_SPAN = 
 struct fw_page_s {
   union {
     struct {
+      /* The first 64 bytes, one cache line: what the owner's malloc and free
+       * write on their common paths (the pop and the push, fresh for blocks
+       * above FW_DIRECT_MAX, frees in the counting flavour) and what only
+       * the owner reads. No other thread writes or reads it, so a page whose
+       * blocks another thread frees one by one (a consumer of the owner's
+       * messages) does not take the line the owner allocates from away from
+       * it at each free. */
       fw_block_t *free;          /* local free list: malloc pops, free pushes */
       uint32_t used;             /* live blocks, +1 while the page is its queue's head */
-      uint8_t flags;             /* FW_PF_*: zero on the fast path */
-      uint8_t kind;              /* FW_KIND_* */
-      uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
-      uintptr_t tag;             /* owner's thread id while flags == 0, else 0: the
-                                    free fast path's single test */
-      size_t block_size;
       uint16_t capacity;         /* blocks carved into the free list so far */
-      uint16_t reserved;         /* blocks that fit (at most 8192, of 8 bytes) */
-      uint16_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
-      uint16_t slices;           /* slices the page spans */
+      uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
+      uint8_t idle;              /* seen unused by the last idle scan / cache look */
       union {
         uintptr_t link_mask;     /* the bits a valid link's t = next ^ b has clear
                                     (page.h): the segment's and those below the
@@ -100,15 +100,6 @@ struct fw_page_s {
         fw_page_t *lnext;        /* FW_KIND_LARGE in its heap's large-block cache:
                                     the next page of its bin (large.c) */
       };
-      /* What the owner's malloc and free read and write on their common
-       * paths (the pop and the push, the class, fresh for blocks above
-       * FW_DIRECT_MAX, frees on the slow frees) is the fields above and the
-       * two below: the first 64 bytes, one cache line. Others' frees write
-       * xfree, on the next line, so that their compare-and-swaps do not
-       * take the owner's line away from it. (bench_glibcbench --mode thread,
-       * 300,000 random frees and mallocs of 8 B-32 KiB: 745,000 L1 read
-       * misses in cachegrind with fresh and frees on the second line,
-       * 697,000 with them here.) */
       union {
         uint8_t *fresh;          /* blocks > FW_DIRECT_MAX: from here on never handed
                                     out (zero but for the link word if is_zero) */
@@ -118,12 +109,29 @@ struct fw_page_s {
       uint64_t frees;            /* blocks freed since the slot became a page (the
                                     ledger's counts: folded into the owner's
                                     fw_counts_t when the slot is given back) */
-      uint8_t *area;             /* first block */
-      _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
-      _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
+      union {
+        fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
+                                    free only once free is used up (delayed reuse) */
+        size_t prof_size;        /* FW_KIND_LARGE (never on a list), and a medium
+                                    page's later slices: the size asked for of a
+                                    sampled block (prof.c) */
+      };
       fw_page_t *next, *prev;    /* class queue or full list */
-      uint8_t is_zero;           /* memory of never-handed-out blocks reads as zero */
-      uint8_t idle;              /* seen unused by the last idle scan / cache look */
+      /* The second line: what other threads' frees read (the tag, the
+       * block's checks, the owner) and write (xfree, once per batch of
+       * blocks), which the owner writes only where the page changes state
+       * (flags, heap). The owner's free reads the tag here and writes the
+       * first line: two lines of a page in use rather than one, against a
+       * miss at each free of another thread's block and at the owner's
+       * next malloc after it. */
+      _Alignas(64) uintptr_t tag; /* owner's thread id while flags == 0, else 0: the
+                                    free fast path's single test */
+      uint8_t flags;             /* FW_PF_*: zero on the fast path */
+      uint8_t kind;              /* FW_KIND_* */
+      uint16_t cls;              /* size class, FW_CLASS_LARGE for single-block pages */
+      uint16_t reserved;         /* blocks that fit (at most 8192, of 8 bytes) */
+      uint16_t slice_offset;     /* FW_PF_REDIRECT: distance in slices to the page */
+      uint16_t slices;           /* slices the page spans */
       uint8_t adopted;           /* taken over from another heap (fw_page_adopt) */
       uint8_t prof_side;         /* the heap profiler's records of the blocks follow
                                     them (FW_PROF_SIDE bytes a block): a page of
@@ -134,13 +142,10 @@ struct fw_page_s {
         uint32_t ends;           /* FW_KIND_LARGE: the 4 KiB pages of the last slice in
                                     which the sizes it was taken for ended (large.c) */
       };
-      union {
-        fw_block_t *later;       /* FREEWAY_SECURE: the owner's frees, a list moved to
-                                    free only once free is used up (delayed reuse) */
-        size_t prof_size;        /* FW_KIND_LARGE (never on a list), and a medium
-                                    page's later slices: the size asked for of a
-                                    sampled block (prof.c) */
-      };
+      size_t block_size;
+      uint8_t *area;             /* first block */
+      _Atomic(fw_heap_t *) heap; /* owning heap (read by remote frees) */
+      _Atomic(uintptr_t) xfree;  /* blocks freed by other threads | FW_XFREE_DELAYED */
       _Atomic(uint32_t) sampled; /* live blocks the heap profiler sampled (prof.c);
                                     a medium page's later slice: the call site of
                                     the sample it records, 0 for none */
@@ -152,7 +157,8 @@ struct fw_page_s {
   };
 };
 _Static_assert(sizeof(struct fw_page_s) == (1u << FW_PAGE_DESC_SHIFT), "page descriptor size");
-_Static_assert(offsetof(struct fw_page_s, area) <= 64, "the owner's fields in the first 64 bytes");
+_Static_assert(offsetof(struct fw_page_s, prev) + sizeof(fw_page_t *) <= 64 && offsetof(struct fw_page_s, tag) == 64,
+               "the owner's fields in the first 64 bytes, the others' in the next");
 
 /* A segment: FW_SEGMENT_SIZE-aligned memory whose header holds the page
  * descriptors, so that a pointer's page is found by arithmetic alone.
