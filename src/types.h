@@ -166,32 +166,38 @@ _Static_assert(offsetof(struct fw_page_s, prev) + sizeof(fw_page_t *) <= 64 && o
 struct fw_segment_s {
   union {
     struct {
+      /* The first line: what other threads' frees read (the owner, the
+       * cookie), which the owner writes only as the segment changes hands
+       * or kind. The owner's bookkeeping, which changes as its pages come
+       * and go and its collects count other threads' frees back in, is on
+       * the lines after, so that a consumer freeing the owner's blocks
+       * does not miss on this one after each of them. */
       _Atomic(uintptr_t) thread_id; /* owner's thread pointer; read by every free */
       uint8_t kind;
       uint8_t direct;               /* own mapping, not from an arena */
-      uint8_t in_free_list;
-      uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
+      uint8_t huge;                 /* backed by transparent huge pages (FREEWAY_THP) */
+      uint8_t abandoned;            /* direct mappings: on the abandoned list */
       uint32_t page_slices;         /* slices per page */
       uint32_t pages_total;
-      uint32_t pages_used;
+      uint32_t chunk;               /* first chunk in the arena */
+      uint32_t chunks;
+      uint64_t cookie;              /* proves the header is ours (cautious checks) */
+      size_t size;                  /* bytes spanned */
+      fw_arena_t *arena;            /* source, or NULL for a direct mapping */
+      fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
+      _Alignas(64) uint32_t pages_used;
+      uint8_t in_free_list;
+      uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
       uint64_t free_mask;           /* page slots not in use */
       uint64_t dirty_mask;          /* free page slots whose memory is not purged */
       uint64_t purge_due;           /* ms: when the dirty free pages may be purged */
-      size_t size;                  /* bytes spanned */
-      fw_arena_t *arena;            /* source, or NULL for a direct mapping */
-      uint32_t chunk;               /* first chunk in the arena */
-      uint32_t chunks;
-      fw_tld_t *tld;                /* owner's thread data (NULL when abandoned) */
-      fw_segment_t *next, *prev;    /* tld->segments (all owned) */
-      fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
-      fw_segment_t *anext, *aprev;  /* direct mappings: the abandoned list */
-      uint64_t cookie;              /* proves the header is ours (cautious checks) */
       uint64_t purged_mask;         /* free page slots purged (not counted as committed) */
       uint64_t dirty_young;         /* dirty slots freed after purge_due was set: wait a round */
       uint64_t remote_in;           /* blocks of its pages that other threads freed and its
                                        holder took back (fw_page_collect) */
-      uint8_t abandoned;            /* direct mappings: on the abandoned list */
-      uint8_t huge;                 /* backed by transparent huge pages (FREEWAY_THP) */
+      fw_segment_t *next, *prev;    /* tld->segments (all owned) */
+      fw_segment_t *fnext, *fprev;  /* tld->segments_free[kind] or tld->span_bins[span_bin] */
+      fw_segment_t *anext, *aprev;  /* direct mappings: the abandoned list */
     };
     uint8_t header_raw_[256]; /* the page descriptors start at 256 */
   };
@@ -199,6 +205,7 @@ struct fw_segment_s {
 };
 _Static_assert(offsetof(struct fw_segment_s, pages) == 256, "segment header layout");
 _Static_assert(offsetof(struct fw_segment_s, thread_id) == 0, "thread_id first: fw_segment_new clears what follows");
+_Static_assert(offsetof(struct fw_segment_s, tld) + sizeof(fw_tld_t *) <= 64, "what other threads read in the first line");
 #define FW_SEGMENT_HEADER (((sizeof(fw_segment_t)) + 4095) & ~(size_t)4095)
 
 typedef struct fw_page_queue_s { fw_page_t *first, *last; } fw_page_queue_t;
