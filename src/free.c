@@ -310,14 +310,38 @@ void fw_free_local_push(fw_page_t *page, void *p) {
 
 void fw_free_generic(void *p) {
   if (!p) return;
+  fw_segment_t *seg = fw_ptr_segment(p);
+  fw_page_t *slice = fw_ptr_slice(seg, p);
+  /* The owner's block of a medium page that starts in a later slice (most
+   * of them: seven slices in eight), first: what the fast path would do
+   * had it looked one descriptor further, with no read but the two
+   * descriptors' second lines. The fast path read this slice's line
+   * already; a distance back no greater than the slice's own index keeps
+   * the second read inside the same segment header: a pointer freeway did
+   * not hand out reads nothing the fast path could not have read before
+   * the cookie's check below (and its bytes there do not hold this
+   * thread's pointer by chance). Cautious mode flags every page, so no
+   * tag there is this thread's. Most blocks of a medium page start in a
+   * later slice (bench_speed 256 B-32 KiB: two frees in three). A random free of blocks of 8 to 32 KiB
+   * (bench_glibcbench --mode thread --min 8192 --max 32768) read the
+   * segment header's first line at each such free, where the blocks of
+   * sizes that are multiples of 4 KiB fall into the same set of the L1
+   * cache: one L1 miss a free (cachegrind with this machine's caches). */
+  if (fw_page_flags(slice) == FW_PF_REDIRECT) {
+    size_t back = slice->slice_offset;
+    fw_page_t *page = slice - back;
+    if (back <= (size_t)(slice - seg->pages) && __atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id() &&
+        page->kind == FW_KIND_MEDIUM) {
+      fw_free_local_push(page, p);
+      return;
+    }
+  }
   /* cautious mode: the pointer is validated before anything is read
    * through it */
   if (fw_unlikely(fw_opt(CAUTIOUS))) {
     fw_free_checked(p, FW_FORM_MALLOC, 0, 0);
     return;
   }
-  fw_segment_t *seg = fw_ptr_segment(p);
-  fw_page_t *slice = fw_ptr_slice(seg, p);
   /* The owner's free into a page whose only flag is the heap profiler's,
    * of a block the page knows not to be a sample (fw_free_beside_sample);
    * a medium page's later slices are tested below, after the cookie.
@@ -331,14 +355,11 @@ void fw_free_generic(void *p) {
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  /* A later slice of this thread's medium page: the descriptor there only
-   * points back to the page, whose own tag says who owns it. Most blocks
-   * of a medium page start in a later slice (bench_speed 256 B-32 KiB:
-   * two frees in three), so this comes before the large block's test. */
+  /* A later slice of a medium page of this thread's whose only flag is
+   * the heap profiler's (the owner's with no flag went above). */
   if (fw_page_flags(slice) == FW_PF_REDIRECT) {
     fw_page_t *page = slice - slice->slice_offset;
-    if ((__atomic_load_n(&page->tag, __ATOMIC_RELAXED) == fw_thread_id() && page->kind == FW_KIND_MEDIUM) ||
-        (fw_page_flags(page) == FW_PF_SAMPLED && fw_free_beside_sample(seg, page, p))) {
+    if (fw_page_flags(page) == FW_PF_SAMPLED && fw_free_beside_sample(seg, page, p)) {
       fw_free_local_push(page, p);
       return;
     }
