@@ -128,7 +128,14 @@
  *      thread pointer (fw_page_flags_set keeps it so only while the page has
  *      no flag): push on page->free, decrement page->used. The head page of
  *      each queue carries one extra count in used, so a malloc/free loop
- *      never sees used reach zero and never leaves the fast path.
+ *      never sees used reach zero and never leaves the fast path. A
+ *      descriptor is two cache lines (types.h): the owner's (the free list,
+ *      used, the links) and the one other threads read and write (the tag,
+ *      flags, what the block checks read, xfree); so the owner's frees read
+ *      one and write the other, and another thread's frees leave the line
+ *      the owner's mallocs write alone. A segment header's first line is
+ *      likewise what other threads' frees read (owner, cookie) and nothing
+ *      the owner writes as its pages come and go.
  *   b. another thread: the freeing thread holds the blocks of one page
  *      (FREEWAY_REMOTE_BATCH of them, free.c) and one compare-and-swap
  *      pushes them all on the page's xfree list (and, on 64-bit builds,
