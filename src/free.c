@@ -308,6 +308,30 @@ void fw_free_local_push(fw_page_t *page, void *p) {
   if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
 }
 
+/* The rest of fw_free_generic for a pointer in a later slice of a
+ * multi-slice page that is not the owner's plain medium page (tested
+ * there): another thread's block, a page with a flag, a pointer inside a
+ * large block or one freeway did not hand out. Apart, so that the other
+ * frees test for a later slice once. */
+static FW_NOINLINE void fw_free_generic_later(void *p, fw_segment_t *seg, fw_page_t *slice) {
+  if (fw_unlikely(fw_opt(CAUTIOUS))) {
+    fw_free_checked(p, FW_FORM_MALLOC, 0, 0);
+    return;
+  }
+  if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
+  fw_page_t *page = slice - slice->slice_offset;
+  /* the owner's, whose only flag is the heap profiler's */
+  if (fw_page_flags(page) == FW_PF_SAMPLED && fw_free_beside_sample(seg, page, p)) {
+    fw_free_local_push(page, p);
+    return;
+  }
+  if (fw_free_full_own(seg, page)) {
+    fw_free_full_local(seg, page, p);
+    return;
+  }
+  fw_free_generic_page(p, seg, slice);
+}
+
 void fw_free_generic(void *p) {
   if (!p) return;
   fw_segment_t *seg = fw_ptr_segment(p);
@@ -318,7 +342,7 @@ void fw_free_generic(void *p) {
    * the two descriptors' second lines. The fast path read this slice's
    * already; a distance back no greater than the slice's own index keeps
    * the second read inside the same segment header, so a pointer freeway
-   * did not hand out reads nothing before the cookie's check below that
+   * did not hand out reads nothing before the cookie's check (in fw_free_generic_later) that
    * the fast path could not have read (and those bytes do not hold this
    * thread's pointer by chance). Cautious mode flags every page: no tag
    * there is this thread's. Behind the cookie's check, these frees read
@@ -335,6 +359,8 @@ void fw_free_generic(void *p) {
       fw_free_local_push(page, p);
       return;
     }
+    fw_free_generic_later(p, seg, slice);
+    return;
   }
   /* cautious mode: the pointer is validated before anything is read
    * through it */
@@ -344,10 +370,10 @@ void fw_free_generic(void *p) {
   }
   /* The owner's free into a page whose only flag is the heap profiler's,
    * of a block the page knows not to be a sample (fw_free_beside_sample);
-   * a medium page's later slices are tested below, after the cookie.
-   * Others (a full page, another thread's) go on to the profiler's quick
-   * look (prof.c, fw_prof_free): a test here on the common path of every
-   * remote free would cost more than it saves. */
+   * a medium page's later slices: fw_free_generic_later. Others (a full
+   * page, another thread's) go on to the profiler's quick look (prof.c,
+   * fw_prof_free): a test here on the common path of every remote free
+   * would cost more than it saves. */
   if (fw_unlikely(fw_page_flags(slice) == FW_PF_SAMPLED) && fw_free_beside_sample(seg, slice, p)) {
     fw_free_local_push(slice, p);
     return;
@@ -355,19 +381,7 @@ void fw_free_generic(void *p) {
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  /* A later slice of a medium page of this thread's whose only flag is
-   * the heap profiler's (the owner's with no flag went above). */
-  if (fw_page_flags(slice) == FW_PF_REDIRECT) {
-    fw_page_t *page = slice - slice->slice_offset;
-    if (fw_page_flags(page) == FW_PF_SAMPLED && fw_free_beside_sample(seg, page, p)) {
-      fw_free_local_push(page, p);
-      return;
-    }
-    if (fw_free_full_own(seg, page)) {
-      fw_free_full_local(seg, page, p);
-      return;
-    }
-  } else if (fw_free_full_own(seg, slice)) {
+  if (fw_free_full_own(seg, slice)) {
     fw_free_full_local(seg, slice, p);
     return;
   }

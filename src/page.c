@@ -459,10 +459,11 @@ void fw_page_retire_empty_head(fw_heap_t *heap, int kind, size_t cls) {
  * hand carves new blocks, with free blocks, remote frees folded in (also
  * when it has free blocks already: left on the remote list, the blocks
  * given back waited while the page's few own ones went, and bench_prodcons
- * 1 pair kept 6.2 MB of peak RSS instead of 4.7); or NULL. It qualifies if it came from another heap or thread
- * (fw_page_adopt), or with own any page, or if its list of blocks other
- * threads freed holds want of them (64-bit builds: the lists carry their
- * length there, and 32-bit ones look for none). */
+ * 1 pair kept 6.2 MB of peak RSS instead of 4.7); or NULL. A page
+ * qualifies if it came from another heap or thread (fw_page_adopt), any
+ * page if own, or one whose list of blocks other threads freed holds want
+ * of them (64-bit builds: the lists carry their length there, and 32-bit
+ * ones look for none). */
 static fw_page_t *fw_page_queue_served(fw_page_t *page, bool own, uint32_t want) {
   for (int n = 0; page && n < FW_QUEUE_LOOKAHEAD; page = page->next, n++) {
     if (!page->adopted && !own &&

@@ -512,9 +512,8 @@ static unsigned char *foreign_map(size_t *len, unsigned char **window) {
  * from it before the header is proved freeway's points far away). With
  * resize, the call is realloc(p, 48), a size a small block would hold in
  * place. */
-static void foreign_mapped(unsigned char fill, bool resize, const char *what) {
-  size_t len;
-  unsigned char *w, *m = foreign_map(&len, &w);
+static void foreign_window(unsigned char *m, size_t len, unsigned char *w, unsigned char fill, bool resize,
+                           const char *what) {
   unsigned char *p = w + 3 * 64 * KiB + 256;
   probe *pr = fwt_scratch(sizeof *pr);
   CHECK(readable((uintptr_t)w));
@@ -543,6 +542,26 @@ static void foreign_mapped(unsigned char fill, bool resize, const char *what) {
   check_fresh(1000, 256);
   CHECK_PATTERN(p, 256, 4);
   fwt_scratch_free(pr, sizeof *pr);
+}
+static void foreign_mapped(unsigned char fill, bool resize, const char *what) {
+  size_t len;
+  unsigned char *w, *m = foreign_map(&len, &w);
+  foreign_window(m, len, w, fill, resize, what);
+}
+/* Bytes 0x04, with nothing mapped in the 4 MiB below the window: each
+ * descriptor the header would hold reads as a later slice (flags 4) of a
+ * page 0x0404 slices back, 128 KiB below the window. Any read there before
+ * the header is proved freeway's faults (the owner's medium free, tested
+ * first, reads back only as far as the slice's own index). */
+static void t_free_foreign_redirect(void) {
+  size_t len = 4 * SEG;
+  unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED);
+  unsigned char *w = (unsigned char *)((((uintptr_t)m + SEG - 1) & ~(uintptr_t)(SEG - 1)) + SEG);
+  CHECK(munmap(m, (size_t)(w - m)) == 0);
+  CHECK(!readable((uintptr_t)w - 128 * KiB));
+  foreign_window(w, (size_t)(m + len - w), w, 4, false,
+                 "free of an address in a foreign mapping (bytes 0x04, nothing mapped below it)");
 }
 static void t_free_foreign_mapped(void) {
   foreign_mapped(0, false, "free of an address in a foreign mapping (its 4 MiB base mapped)");
@@ -1016,6 +1035,7 @@ static const fwt_section cases[] = {
   CASE(free_foreign_mapped),
   CASE(free_foreign_unmapped),
   CASE(free_foreign_filled),
+  CASE(free_foreign_redirect),
   CASE(realloc_p16),
   CASE(realloc_interior),
   CASE(realloc_interior_1m),

@@ -376,6 +376,10 @@ SPEC = [
     Row("free_foreign_filled", "bad_pointer",
         "free of an address in a private mmap whose 4 MiB-aligned base is mapped, every byte 0x04",
         stop(FOREIGN), (stop(FOREIGN), NO_WRITE)),
+    Row("free_foreign_redirect", "bad_pointer",
+        "free of an address in a private mmap, every byte 0x04 (a header of later slices whose page would "
+        "be 128 KiB below), nothing mapped below it",
+        stop(FOREIGN), (stop(FOREIGN), NO_WRITE)),
     # realloc checks the pointer as free does, also when the block would
     # stay in place.
     Row("realloc_p16", "bad_pointer", "realloc(p + 16, 40) of a live 64 B block",
