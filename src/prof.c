@@ -884,6 +884,8 @@ void fw_prof_sample(fw_heap_t *heap, void *p, size_t size) { (void)fw_prof_take(
 
 void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, true); }
 
+void *fw_prof_sampled_here(fw_heap_t *heap, void *p, size_t size) { return fw_prof_take(heap, p, size, false); }
+
 /* Only the owner changes the page's flags. */
 FW_INLINE void fw_prof_unflag(fw_page_t *page) {
   if (atomic_load_explicit(&page->sampled, memory_order_relaxed) == 0 &&

@@ -23,6 +23,9 @@ FW_HIDDEN void fw_prof_sample(fw_heap_t *heap, void *p, size_t size);
  * for one of the heap's page of sampled blocks: returns the block to hand
  * out (a tail call for the entry points). */
 FW_HIDDEN void *fw_prof_sampled(fw_heap_t *heap, void *p, size_t size);
+/* fw_prof_sample for a caller that returns p (a tail call): the block
+ * stays where it is (calloc's, already cleared). */
+FW_HIDDEN void *fw_prof_sampled_here(fw_heap_t *heap, void *p, size_t size);
 /* heap is being destroyed with its blocks: their samples are dropped from
  * the in-use figures. */
 FW_HIDDEN void fw_prof_forget_heap(const fw_heap_t *heap);

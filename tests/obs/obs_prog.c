@@ -22,7 +22,8 @@
  * "edges", for the heap profiler: 100 blocks of 64 bytes from site_calloc,
  * freed last first (samples that stay on their page, several on one), and
  * 20000 blocks of 1 KiB from site_aligned (aligned_alloc with an alignment
- * of 16), each freed at once, 300 blocks of 20 to 45 KiB from site_medium
+ * of 16) and as many from site_aligned64 (an alignment of 64), 200000 of
+ * 96 bytes from site_zeroed (calloc), each freed at once, 300 blocks of 20 to 45 KiB from site_medium
  * (medium blocks), half freed by another thread, then 200 blocks of 1 MiB
  * from site_churn, each freed at once (large blocks, freed by their
  * owner). With "forkheld" it first forks while a
@@ -128,6 +129,8 @@ static void *free_medium_half(void *arg) {
   return NULL;
 }
 SITE(site_aligned, aligned_alloc(16, n))
+SITE(site_aligned64, aligned_alloc(64, n))
+SITE(site_zeroed, calloc(1, n))
 
 static int profile_edges(void) {
   static void *c[100];
@@ -137,6 +140,20 @@ static int profile_edges(void) {
   for (int i = 0; i < 20000; i++) {
     void *p = site_aligned(1024);
     if (!p) return 1;
+    free(p);
+  }
+  /* the aligned form of a class's own alignment and calloc's small
+   * blocks: hits of their own in the profiling flavour, each counted down
+   * there (and a sampled aligned block still aligned) */
+  for (int i = 0; i < 20000; i++) {
+    void *p = site_aligned64(1024);
+    if (!p || ((uintptr_t)p & 63) != 0) return 1;
+    free(p);
+  }
+  for (int i = 0; i < 200000; i++) {
+    unsigned char *p = site_zeroed(96);
+    if (!p || p[0] || p[95]) return 1;
+    p[0] = p[95] = 1;
     free(p);
   }
   /* medium blocks stay on their pages when sampled: half freed here, in
