@@ -126,7 +126,9 @@ FW_INLINE void fw_zero_small(void *p, size_t n) {
   }
 }
 
-static void *fw_calloc_miss(size_t total) {
+/* Out of line in both libraries: the profiling flavour's hit then needs no
+ * stack frame (below), and the default's pays one jump more on a miss. */
+static FW_NOINLINE void *fw_calloc_miss(size_t total) {
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) return fw_thread_alloc(FW_OP_ZERO, NULL, total, 0);
   void *p = fw_heap_malloc_zero(heap, total, true);
@@ -134,42 +136,34 @@ static void *fw_calloc_miss(size_t total) {
   return p;
 }
 
-#if FW_PROF_ENTRIES
-/* The profiling flavour's hit counts down as malloc's does, and leaves
- * only by tail calls: with the slow path's call and the sample's coming
- * back to it, calloc(1, 64) and free took 94 instructions against 74 in
- * libfreeway.so (callgrind, bench_apipath calloc 64): a stack frame of
- * four registers on every call. A sampled block stays where it is: one
- * from a page of sampled blocks would have to be cleared again. */
-static FW_NOINLINE void *fw_calloc_miss_counted(size_t total) { return fw_calloc_miss(total); }
 void *fw_calloc(size_t count, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
   if (total <= FW_CALLOC_INLINE) {
+#if FW_PROF_ENTRIES
+    /* The profiling flavour's hit counts down as malloc's does, and leaves
+     * only by tail calls: with the miss's call and the sample's coming
+     * back to it, calloc(1, 64) and free took 94 instructions against 74
+     * in libfreeway.so (callgrind, bench_apipath calloc 64): a stack frame
+     * of four registers on every call. A sampled block stays where it is:
+     * one from a page of sampled blocks would have to be cleared again. */
     fw_heap_t *heap = FW_TLS(fw_tls_heap);
     fw_block_t *p = fw_page_pop_fast(heap->direct[total]);
     if (fw_likely(p != NULL)) {
       fw_zero_small(p, total);
-      if (fw_likely((heap->prof_left -= (intptr_t)total) >= 0)) return p;
+      if (fw_prof_count_down(heap, total)) return p;
       return fw_prof_sampled_here(heap, p, total);
     }
-  }
-  return fw_calloc_miss_counted(total);
-}
 #else
-void *fw_calloc(size_t count, size_t size) {
-  size_t total;
-  if (__builtin_mul_overflow(count, size, &total)) return fw_enomem();
-  if (total <= FW_CALLOC_INLINE) {
     void *p = fw_malloc_try_fast(total);
     if (fw_likely(p != NULL)) {
       fw_zero_small(p, total);
       return p;
     }
+#endif
   }
   return fw_calloc_miss(total);
 }
-#endif
 
 void *fw_realloc(void *p, size_t size) {
   /* A growing buffer mostly stays in its block: that needs no heap. */
@@ -249,7 +243,7 @@ static FW_NOINLINE void *fw_aligned_by_class(size_t size, size_t alignment) {
     fw_heap_t *heap = FW_TLS(fw_tls_heap);
     fw_block_t *p = fw_page_pop_fast(heap->direct[n]);
     if (fw_likely(p != NULL)) {
-      if (fw_likely(((uintptr_t)p & (alignment - 1)) == 0) && fw_likely((heap->prof_left -= (intptr_t)n) >= 0))
+      if (fw_likely(((uintptr_t)p & (alignment - 1)) == 0) && fw_prof_count_down(heap, n))
         return p;
       return fw_aligned_prof_other(heap, p, n, size, alignment);
     }

@@ -61,7 +61,7 @@ static FW_NOINLINE FW_COLD void *fw_malloc_slow_counted(size_t size, fw_heap_t *
     if (fw_likely((size) <= FW_DIRECT_MAX)) {                                 \
       fw_block_t *b_ = fw_page_pop_fast((heap)->direct[size]);                \
       if (fw_likely(b_ != NULL)) {                                            \
-        if (fw_likely(((heap)->prof_left -= (intptr_t)(size)) >= 0)) return b_; \
+        if (fw_prof_count_down((heap), (size))) return b_;                     \
         return fw_prof_sampled((heap), b_, (size));                           \
       }                                                                       \
     }                                                                         \
@@ -80,7 +80,7 @@ FW_INLINE void *fw_malloc_fast(size_t size) {
 FW_INLINE void fw_prof_account_fast(void *p, size_t size) {
   fw_heap_t *heap = FW_TLS(fw_tls_heap);
   if (fw_unlikely(heap == &fw_heap_empty)) return;
-  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) fw_prof_sample(heap, p, size);
+  if (!fw_prof_count_down(heap, size)) fw_prof_sample(heap, p, size);
 }
 #define FW_PROF_ACCOUNT(p, size) fw_prof_account_fast((p), (size))
 /* A user heap's calls (heap_api.c) count down on that heap: only its owner
@@ -91,7 +91,7 @@ FW_INLINE void fw_prof_account_fast(void *p, size_t size) {
  * instructions counting down on the thread's heap, 6.20M on its own. */
 #define FW_PROF_ACCOUNT_HEAP(heap, p, size)                                   \
   do {                                                                        \
-    if (fw_unlikely(((heap)->prof_left -= (intptr_t)(size)) < 0)) fw_prof_sample((heap), (p), (size)); \
+    if (!fw_prof_count_down((heap), (size))) fw_prof_sample((heap), (p), (size)); \
   } while (0)
 #else
 FW_INLINE void *fw_malloc_fast(size_t size) {

@@ -308,6 +308,25 @@ void fw_free_local_push(fw_page_t *page, void *p) {
   if (fw_unlikely(fw_page_push(page, (fw_block_t *)p))) fw_heap_page_empty(page);
 }
 
+/* The owner's frees into its small or medium page that carries one flag
+ * of its own: the heap profiler's, for a block the page knows not to be a
+ * sample (fw_free_beside_sample), or the full list's. True if done. Behind
+ * the cookie's check (the page of a later slice is found through it).
+ * Others (another thread's, a sampled block) go on to
+ * fw_free_generic_page: a test here on the common path of every remote
+ * free would cost more than it saves. */
+FW_INLINE bool fw_free_own_flagged(fw_segment_t *seg, fw_page_t *page, void *p) {
+  if (fw_unlikely(fw_page_flags(page) == FW_PF_SAMPLED) && fw_free_beside_sample(seg, page, p)) {
+    fw_free_local_push(page, p);
+    return true;
+  }
+  if (fw_free_full_own(seg, page)) {
+    fw_free_full_local(seg, page, p);
+    return true;
+  }
+  return false;
+}
+
 /* The rest of fw_free_generic for a pointer in a later slice of a
  * multi-slice page that is not the owner's plain medium page (tested
  * there): another thread's block, a page with a flag, a pointer inside a
@@ -319,17 +338,7 @@ static FW_NOINLINE void fw_free_generic_later(void *p, fw_segment_t *seg, fw_pag
     return;
   }
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  fw_page_t *page = slice - slice->slice_offset;
-  /* the owner's, whose only flag is the heap profiler's */
-  if (fw_page_flags(page) == FW_PF_SAMPLED && fw_free_beside_sample(seg, page, p)) {
-    fw_free_local_push(page, p);
-    return;
-  }
-  if (fw_free_full_own(seg, page)) {
-    fw_free_full_local(seg, page, p);
-    return;
-  }
-  fw_free_generic_page(p, seg, slice);
+  if (!fw_free_own_flagged(seg, slice - slice->slice_offset, p)) fw_free_generic_page(p, seg, slice);
 }
 
 void fw_free_generic(void *p) {
@@ -342,9 +351,9 @@ void fw_free_generic(void *p) {
    * the two descriptors' second lines. The fast path read this slice's
    * already; a distance back no greater than the slice's own index keeps
    * the second read inside the same segment header, so a pointer freeway
-   * did not hand out reads nothing before the cookie's check (in fw_free_generic_later) that
-   * the fast path could not have read (and those bytes do not hold this
-   * thread's pointer by chance). Cautious mode flags every page: no tag
+   * did not hand out reads nothing before the cookie's check (in
+   * fw_free_generic_later) that the fast path could not have read (and
+   * those bytes do not hold this thread's pointer by chance). Cautious mode flags every page: no tag
    * there is this thread's. Behind the cookie's check, these frees read
    * the segment header's first line too, which shares an L1 set with the
    * blocks of sizes that are multiples of 4 KiB: bench_glibcbench --mode
@@ -368,23 +377,10 @@ void fw_free_generic(void *p) {
     fw_free_checked(p, FW_FORM_MALLOC, 0, 0);
     return;
   }
-  /* The owner's free into a page whose only flag is the heap profiler's,
-   * of a block the page knows not to be a sample (fw_free_beside_sample);
-   * a medium page's later slices: fw_free_generic_later. Others (a full
-   * page, another thread's) go on to the profiler's quick look (prof.c,
-   * fw_prof_free): a test here on the common path of every remote free
-   * would cost more than it saves. */
-  if (fw_unlikely(fw_page_flags(slice) == FW_PF_SAMPLED) && fw_free_beside_sample(seg, slice, p)) {
-    fw_free_local_push(slice, p);
-    return;
-  }
   /* before anything else is read through the header (a redirect offset of
    * a foreign mapping's bytes could point anywhere) */
   if (fw_unlikely(seg->cookie != fw_segment_cookie(seg))) fw_free_foreign(p, seg, slice);
-  if (fw_free_full_own(seg, slice)) {
-    fw_free_full_local(seg, slice, p);
-    return;
-  }
+  if (fw_free_own_flagged(seg, slice, p)) return;
   /* The owner frees a large block that nothing else is pending on, with no
    * flag but being in the full list. */
   if (fw_free_large_own(seg, slice, p, FW_PF_FULL)) {

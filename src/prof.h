@@ -92,11 +92,18 @@ FW_INLINE bool fw_prof_not_sample(fw_page_t *page, uint32_t off) {
          atomic_load_explicit(&r->sampled_at, memory_order_relaxed) != off;
 }
 
-/* The countdown of the sampling entry points, after a plain allocation:
- * one subtract and a branch not taken. Returns the block to hand out. */
+/* The countdown itself, in every sampling entry point (fast.h, api.c,
+ * heap_api.c): size more bytes allocated from heap, false once they take
+ * its count below zero and the allocation is to be sampled. One subtract
+ * and one branch. */
+FW_INLINE bool fw_prof_count_down(fw_heap_t *heap, size_t size) {
+  return fw_likely((heap->prof_left -= (intptr_t)size) >= 0);
+}
+
+/* The countdown after a plain allocation. Returns the block to hand out. */
 FW_INLINE void *fw_prof_countdown(fw_heap_t *heap, void *p, size_t size) {
-  if (fw_unlikely((heap->prof_left -= (intptr_t)size) < 0)) return fw_prof_sampled(heap, p, size);
-  return p;
+  if (fw_prof_count_down(heap, size)) return p;
+  return fw_prof_sampled(heap, p, size);
 }
 
 #endif
