@@ -119,6 +119,51 @@ static void t_delayed_reuse(void) {
   X.free(warm);
 }
 
+/* The owner's frees wait on later, but a page whose free blocks are all
+ * there is still one to take blocks from before the page at hand carves
+ * new ones (page.c fw_page_queue_served): its blocks are memory touched
+ * already. Blocks of 16 KiB are carved one at a time, in address order,
+ * so a page's end shows as a jump between two blocks taken in turn. */
+static void t_served_later(void) {
+  need_secure();
+  enum { BS = 16384, MAX = 200 };
+  char *b[MAX];
+  int n = 0, first_h = -1;
+  for (; n < MAX; n++) {
+    b[n] = X.malloc(BS);
+    CHECK(b[n] != NULL);
+    memset(b[n], 3, BS);
+    if (n > 0 && b[n] != b[n - 1] + BS) {
+      first_h = n;  /* b[n] opened a page: little of it is carved yet */
+      n++;
+      break;
+    }
+  }
+  CHECKF(first_h > 8, "no page of 16 KiB blocks filled up within %d blocks (the first jump at %d)", MAX,
+         first_h);
+  /* the page before the jump: all its blocks but one freed (it stays) */
+  int k = first_h - 1;
+  while (k > 0 && b[k - 1] == b[k] - BS) k--;
+  int freed = 0;
+  for (int i = k + 1; i < first_h; i++, freed++) X.free(b[i]);
+  CHECKF(freed >= 8, "the page before the jump held %d blocks", freed + 1);
+  int again = 0, want = freed < 16 ? freed : 16;
+  char *c[16];
+  for (int j = 0; j < want; j++) {
+    c[j] = X.malloc(BS);
+    CHECK(c[j] != NULL);
+    for (int i = k + 1; i < first_h; i++)
+      if (c[j] == b[i]) again++;
+  }
+  CHECKF(again >= want / 2,
+         "%d of %d blocks of 16 KiB came from the %d freed on a page of the same class (its frees waiting on "
+         "its later list); the others from memory not touched before",
+         again, want, freed);
+  for (int j = 0; j < want; j++) X.free(c[j]);
+  X.free(b[k]);
+  for (int i = first_h; i < n; i++) X.free(b[i]);
+}
+
 /* ---- correct programs ------------------------------------------------------- */
 typedef struct { void **slots; size_t n; } ring_t;
 
@@ -189,6 +234,7 @@ static const fwt_section sections[] = {
   {"guard_small", t_guard_small},
   {"carve_order", t_carve_order},
   {"delayed_reuse", t_delayed_reuse},
+  {"served_later", t_served_later},
   {"correct", t_correct},
 };
 
