@@ -411,11 +411,13 @@ static FW_NOINLINE void fw_free_generic_page(void *p, fw_segment_t *seg, fw_page
  * level. */
 static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_page_t *page) {
   /* The secure level's common case first: a block of a small or medium
-   * page with the level's flag alone (a large page is in the full list,
-   * an aligned one flagged so). Its checks and free mark, then its owner:
-   * the tests below are for other pages (16 instructions of each free,
-   * callgrind, bench_objects --threads 1 --size 128, FREEWAY_SECURE=1). */
-  if (fw_secure && fw_page_flags(page) == FW_PF_CHECKED) {
+   * page with the level's flag alone (an aligned one is flagged so; a
+   * large page is not always in a full list: one of an exited thread's
+   * segment has the level's flag alone, and its block no free mark).
+   * Its checks and free mark, then its owner: the tests below are for
+   * other pages (16 instructions of each free, callgrind, bench_objects
+   * --threads 1 --size 128, FREEWAY_SECURE=1). */
+  if (fw_secure && fw_page_flags(page) == FW_PF_CHECKED && page->kind != FW_KIND_LARGE) {
     fw_block_t *b = (fw_block_t *)p;
     fw_block_check_in(seg, page, p, b, "double free");  /* the cookie: fw_free_generic */
     if (fw_unlikely(!fw_block_mark(b))) fw_block_report(seg, page, p, "double free");

@@ -164,6 +164,32 @@ static void t_served_later(void) {
   for (int i = first_h; i < n; i++) X.free(b[i]);
 }
 
+/* A large block of a thread that has exited, freed by another, over and
+ * over: its page (in a segment no thread owns) is no longer in a full
+ * list, and the free is not to mistake it for a small block's page (whose
+ * blocks carry the free mark: a large block's reused memory would show the
+ * mark of its last free, and read as freed twice). */
+static void *alloc_large_and_exit(void *arg) {
+  char *p = X.malloc(192 * 1024);
+  CHECK(p != NULL);
+  p[0] = 1;
+  p[192 * 1024 - 1] = 2;
+  *(char **)arg = p;
+  return NULL;
+}
+
+static void t_large_abandoned(void) {
+  need_secure();
+  for (int i = 0; i < 40; i++) {
+    char *p = NULL;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, alloc_large_and_exit, &p) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(p != NULL && p[0] == 1);
+    X.free(p);
+  }
+}
+
 /* ---- correct programs ------------------------------------------------------- */
 typedef struct { void **slots; size_t n; } ring_t;
 
@@ -235,6 +261,7 @@ static const fwt_section sections[] = {
   {"carve_order", t_carve_order},
   {"delayed_reuse", t_delayed_reuse},
   {"served_later", t_served_later},
+  {"large_abandoned", t_large_abandoned},
   {"correct", t_correct},
 };
 
