@@ -176,6 +176,11 @@ static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw
  * (8 B to 1 KiB, one page a size class in turn) handed over 2.4 blocks a
  * batch with 16 entries, whose slots the pages of some 40 classes shared. */
 FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+  /* never held (FW_RFREE_BIG): no look for an entry */
+  if (page->block_size > FW_RFREE_BIG) {
+    fw_free_route(seg, page, b);
+    return;
+  }
   fw_heap_t *me = FW_TLS(fw_tls_heap);
   size_t i = fw_rfree_slot(page);
   if (fw_likely(me != &fw_heap_empty)) {
