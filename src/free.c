@@ -430,7 +430,7 @@ static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_pag
    * large page is not always in a full list: one of an exited thread's
    * segment has the level's flag alone, and its block no free mark).
    * Its checks and free mark, then its owner: the tests below are for
-   * other pages (16 instructions of each free, callgrind, bench_objects
+   * other pages (11 instructions of each free, callgrind, bench_objects
    * --threads 1 --size 128, FREEWAY_SECURE=1). */
   if (fw_secure && fw_page_flags(page) == FW_PF_CHECKED && page->kind != FW_KIND_LARGE) {
     fw_block_t *b = (fw_block_t *)p;
