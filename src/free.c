@@ -72,8 +72,8 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
  * 170 -> 148 ms (medians of 21; 139 with 256 KiB), xmalloc 8 B-1 KiB 4+4
  * peak RSS 10.5 -> 11.2 MB (12.4). */
 #define FW_RFREE_HELD ((size_t)128 << 10)
-/* Blocks above 2 KiB are not held: a page holds 32 of them at most, so a
- * batch would be short, and what they add to FW_RFREE_HELD made a
+/* Blocks above 2 KiB are not held: an entry takes at most 64 KiB of them
+ * (FW_RFREE_BYTES), so a batch would be short, and what they add to FW_RFREE_HELD made a
  * thread that frees blocks of many sizes (bench_xmalloc 8 B-16 KiB, one
  * consumer) reach the cap at almost every free, each then handing its
  * entry over with one or two blocks. Freed at once with their CAS,
@@ -134,10 +134,11 @@ void fw_free_remote_flush(fw_tld_t *tld) {
   while (tld->rfree_used) fw_rfree_flush_slot(tld, fw_ctz64(tld->rfree_used));
 }
 
+/* (Blocks above FW_RFREE_BIG, large ones among them, never get this far:
+ * fw_free_route_batched; nor does the secure level: its callers.) */
 FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page) {
-  if (fw_secure || page->block_size > FW_RFREE_BIG ||  /* large pages among them */
-      (fw_page_flags(page) & ~(FW_PF_FULL | FW_PF_ALIGNED | FW_PF_SAMPLED)))
-    return false;
+  FW_ASSERT(!fw_secure && page->block_size <= FW_RFREE_BIG);
+  if (fw_page_flags(page) & ~(FW_PF_FULL | FW_PF_ALIGNED | FW_PF_SAMPLED)) return false;
   uintptr_t owner = atomic_load_explicit(&seg->thread_id, memory_order_relaxed);
   if (owner == 0 || owner == fw_thread_id()) return false;
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
@@ -160,9 +161,11 @@ FW_THREAD_LOCAL uint32_t fw_tls_rfree_heapless;
 
 static void fw_free_route_new(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, fw_heap_t *me, size_t i);
 
-/* fw_free_route out of line, for the owner's frees that reach the batching
- * (a block of its full page). */
-static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
+/* fw_free_route out of line, for the frees that reach the batching and
+ * are not for it (a block above FW_RFREE_BIG; the owner's block of its
+ * full page): inlined there, its registers gave the callers a bigger stack
+ * frame on every path. */
+static FW_NOINLINE void fw_free_route_out(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   fw_free_route(seg, page, b);
 }
 
@@ -178,7 +181,7 @@ static FW_NOINLINE void fw_free_route_own(fw_segment_t *seg, fw_page_t *page, fw
 FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) {
   /* never held (FW_RFREE_BIG): no look for an entry */
   if (page->block_size > FW_RFREE_BIG) {
-    fw_free_route(seg, page, b);
+    fw_free_route_out(seg, page, b);
     return;
   }
   fw_heap_t *me = FW_TLS(fw_tls_heap);
@@ -195,7 +198,7 @@ FW_INLINE void fw_free_route_batched(fw_segment_t *seg, fw_page_t *page, fw_bloc
     }
   }
   /* the owner's own free (a block of its full page): nothing to batch */
-  if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) fw_free_route_own(seg, page, b);
+  if (atomic_load_explicit(&seg->thread_id, memory_order_relaxed) == fw_thread_id()) fw_free_route_out(seg, page, b);
   else fw_free_route_new(seg, page, b, me, i);
 }
 
@@ -368,13 +371,13 @@ void fw_free_generic(void *p) {
    * the second read inside the same segment header, so a pointer freeway
    * did not hand out reads nothing before the cookie's check (in
    * fw_free_generic_later) that the fast path could not have read (and
-   * those bytes do not hold this thread's pointer by chance). Cautious mode flags every page: no tag
-   * there is this thread's. Behind the cookie's check, these frees read
-   * the segment header's first line too, which shares an L1 set with the
-   * blocks of sizes that are multiples of 4 KiB: bench_glibcbench --mode
-   * thread --min 8192 --max 32768, 300,000 random frees and mallocs, 1.07 M
-   * L1 read misses before, 0.93 M after (cachegrind, this machine's L1
-   * and L2). */
+   * those bytes do not hold this thread's pointer by chance). Cautious
+   * mode flags every page: no tag there is this thread's. Behind the
+   * cookie's check, these frees read the segment header's first line too,
+   * which shares an L1 set with the blocks of sizes that are multiples of
+   * 4 KiB: bench_glibcbench --mode thread --min 8192 --max 32768, 300,000
+   * random frees and mallocs, 1.07 M L1 read misses before, 0.93 M after
+   * (cachegrind, this machine's L1 and L2). */
   if (fw_page_flags(slice) == FW_PF_REDIRECT) {
     size_t back = slice->slice_offset;
     fw_page_t *page = slice - back;
@@ -436,6 +439,8 @@ static FW_NOINLINE void fw_free_generic_other(void *p, fw_segment_t *seg, fw_pag
     fw_block_t *b = (fw_block_t *)p;
     fw_block_check_in(seg, page, p, b, "double free");  /* the cookie: fw_free_generic */
     if (fw_unlikely(!fw_block_mark(b))) fw_block_report(seg, page, p, "double free");
+    /* the owner's test before fw_free_route's, which inlined here cost
+     * 11 instructions more a free (callgrind, as above) */
     if (atomic_load_explicit(&seg->thread_id, memory_order_acquire) == fw_thread_id()) fw_heap_free_local(page, b);
     else fw_free_route(seg, page, b);
     return;
