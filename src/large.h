@@ -4,14 +4,21 @@
 #define FW_LARGE_H
 #include "types.h"
 #include "page.h"
+#include "segment.h"
 #include "options.h"
 
 /* Makes a LARGE page fresh from the segment layer heap's live block: in
  * the full list, remote frees routed through the heap (a cached page is set
  * up already: fw_large_cache_took). */
 FW_HIDDEN void *fw_large_take(fw_heap_t *heap, fw_page_t *page, size_t size);
-/* The cache keeps span pages of up to this many slices (1 MiB): see large.c. */
-#define FW_LCACHE_MAX_SLICES 16
+/* The cache keeps span pages of up to FW_LCACHE_DENSE_SLICES slices (1
+ * MiB), and up to FW_LCACHE_MAX_SLICES (2 MiB, every span page) for a
+ * thread whose big blocks are written in part only: see large.c. */
+#define FW_LCACHE_DENSE_SLICES 16
+#define FW_LCACHE_MAX_SLICES FW_SPAN_MAX_SLICES
+/* How many times FREEWAY_LARGE_CACHE a thread whose big blocks are written
+ * in part only may hold (large.c). */
+#define FW_LCACHE_SPARSE_CAP 4
 /* page->ends: a bit for each 4 KiB of a large page's last slice */
 #define FW_LCACHE_END_SHIFT 12
 _Static_assert((FW_SLICE_SIZE >> FW_LCACHE_END_SHIFT) <= 32, "page->ends has a bit for each 4 KiB of a slice");
@@ -59,6 +66,7 @@ FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
  * while the heap hands out more than that in such blocks between two looks. */
 FW_INLINE size_t fw_large_cache_cap(const fw_heap_t *heap) {
   size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
+  if (fw_segment_big_sparse(heap->tld)) cap *= FW_LCACHE_SPARSE_CAP;
   return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
 }
 /* A freed span page (used 0, still in its heap's full list) waits in the
@@ -68,7 +76,8 @@ FW_INLINE bool fw_large_cache_put(fw_heap_t *heap, fw_page_t *page) {
   size_t n = page->slices, bytes = n * FW_SLICE_SIZE;
   long delay = fw_opt(PURGE_DELAY);
   if (n > FW_LCACHE_MAX_SLICES || delay == 0 || (page->flags & (FW_PF_CHECKED | FW_PF_ALIGNED)) ||
-      fw_page_segment(page)->kind != FW_KIND_SPAN || heap->lcache_bytes + bytes > fw_large_cache_cap(heap))
+      fw_page_segment(page)->kind != FW_KIND_SPAN || heap->lcache_bytes + bytes > fw_large_cache_cap(heap) ||
+      (n > FW_LCACHE_DENSE_SLICES && !fw_segment_big_sparse(heap->tld)))
     return false;
   page->idle = 0;
   page->used = 0;

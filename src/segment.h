@@ -21,6 +21,10 @@ FW_HIDDEN fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new
  * decides whether its big blocks get huge pages (segment.c). */
 #define FW_BIG_MIN ((size_t)1 << 20)
 FW_HIDDEN void fw_segment_big_look(fw_tld_t *tld, const fw_page_t *page);
+/* The looks have found the thread's big blocks written in part only (a
+ * header and a trailer, a table touched here and there): such a block's
+ * pages cost little resident memory while it waits for reuse (large.h). */
+FW_INLINE bool fw_segment_big_sparse(const fw_tld_t *tld) { return tld->big_every != 0 && tld->big_whole == 0; }
 /* A block of more than FW_BIG_MIN is about to be placed / was placed at
  * page: the early looks, before the thread has freed such a block. */
 FW_HIDDEN void fw_segment_big_early(fw_tld_t *tld);

@@ -10,6 +10,7 @@
 #include "large.h"
 #include "options.h"
 #include "thread.h"
+#include "segment.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -198,12 +199,61 @@ static void t_large_cache_listed(void) {
   fw_heap_struct_free(heap);
 }
 
+/* Blocks of 1 to 2 MiB wait in the cache only for a thread whose big
+ * blocks the looks found written in part (segment.h, fw_segment_big_sparse),
+ * and such a thread may hold four times the option before a miss gives
+ * pages back; one that writes them through places them anew as before. */
+static void t_large_cache_sparse(void) {
+  fw_heap_t *heap = test_heap();
+  fw_tld_t *tld = heap->tld;
+  uint8_t whole = tld->big_whole;
+  uint16_t every = tld->big_every, wait = tld->big_wait;
+  const uint8_t *last = tld->big_last;
+  const size_t big = 1536 * 1024;  /* 24 slices */
+  /* a look will not come at these frees: the state is the test's */
+  tld->big_wait = UINT16_MAX;
+  tld->big_every = 1;
+  tld->big_last = NULL;
+  for (int sparse = 1; sparse >= 0; sparse--) {
+    tld->big_whole = sparse ? 0 : 1;
+    CHECK(fw_segment_big_sparse(tld) == (sparse == 1));
+    void *a = fw_heap_large_malloc(heap, big, 16);
+    CHECK(a != NULL && fw_ptr_page(a)->slices == 24);
+    fw_heap_free_local(fw_ptr_page(a), (fw_block_t *)a);
+    CHECKF(heap->lcache_bytes == (sparse ? big : 0), "%s thread: %zu KiB cached after freeing a block of 1.5 MiB",
+           sparse ? "a sparse" : "a dense", heap->lcache_bytes / 1024);
+    void *b = fw_heap_large_malloc(heap, big - 1000, 16);
+    CHECK(b != NULL);
+    if (sparse) CHECKF(b == a, "a sparse thread's request of the same slice count got %p, not the cached %p", b, a);
+    CHECK(heap->lcache_bytes == 0);
+    fw_heap_free_local(fw_ptr_page(b), (fw_block_t *)b);
+    fw_large_cache_flush(heap, true);
+    /* 40 MiB cached, above the option (16) and below four times it: a
+     * miss keeps them all for a sparse thread, gives two back otherwise */
+    enum { N = 40 };
+    void *v[N];
+    for (int i = 0; i < N; i++) CHECK((v[i] = fw_heap_large_malloc(heap, MiB, 16)) != NULL);
+    for (int i = 0; i < N; i++) fw_heap_free_local(fw_ptr_page(v[i]), (fw_block_t *)v[i]);
+    heap->lcache_recent = 0;  /* as after the cache's look: the option's cap alone */
+    CHECK(heap->lcache_bytes == N * MiB);
+    void *p = fw_heap_large_malloc(heap, 640 * 1024, 16);
+    CHECK(p != NULL);
+    CHECKF(heap->lcache_bytes == (sparse ? N : N - 1) * MiB, "%s thread: a miss left %zu KiB of %d MiB cached",
+           sparse ? "a sparse" : "a dense", heap->lcache_bytes / 1024, N);
+    fw_heap_free_local(fw_ptr_page(p), (fw_block_t *)p);
+    fw_large_cache_flush(heap, true);
+  }
+  tld->big_whole = whole, tld->big_every = every, tld->big_wait = wait, tld->big_last = last;
+  fw_heap_struct_free(heap);
+}
+
 int main(int argc, char **argv) {
   static const it_section sections[] = {
     {"large_cache_batch", t_large_cache_batch},
     {"large_cache_miss", t_large_cache_miss},
     {"large_cache_ends", t_large_cache_ends},
     {"large_cache_listed", t_large_cache_listed},
+    {"large_cache_sparse", t_large_cache_sparse},
   };
   return it_main(argc, argv, sections, sizeof sections / sizeof sections[0]);
 }
