@@ -469,31 +469,60 @@ FW_INLINE size_t fw_realloc_want(size_t size, size_t usable) {
   return size > usable && size < 2 * usable && size <= FW_MEDIUM_MAX ? size + size / 4 : size;
 }
 
-/* A move: the new block, the copy and the old block's free; NULL (p
- * untouched) if there is no memory. */
-FW_INLINE void *fw_realloc_move(fw_heap_t *heap, fw_segment_t *seg, void *p, size_t size, size_t usable) {
-  size_t want = fw_realloc_want(size, usable);
-  void *q = fw_heap_malloc_fast(heap, want);
-  if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
-  if (!q) return NULL;
-  memcpy(q, p, usable < size ? usable : size);
-  /* p passed a free's checks: a block of a page of this thread's with no
-   * flag goes back the way the free fast path puts it (fast.h), not
-   * through fw_free_generic's tests again (sqlite's string builder grows
-   * its buffers by realloc: 150,000 of them in bench/realprog.py's script
-   * of 20,000 rows). The tag is read again: the new block may have filled
-   * p's page. */
-  fw_page_t *slice = fw_ptr_slice(seg, p);
+/* The copy and the old block's free, once the new block is had. p passed
+ * a free's checks: a block of a page of this thread's with no flag goes
+ * back the way the free fast path puts it (fast.h), not through
+ * fw_free_generic's tests again (sqlite's string builder grows its buffers
+ * by realloc: 150,000 of them in bench/realprog.py's script of 20,000
+ * rows). The tag is read again: the new block may have filled p's page.
+ * Apart, so that fw_realloc_own needs no stack frame: only q and p live
+ * across the copy. */
+static FW_NOINLINE void *fw_realloc_copy(void *q, void *p, size_t n) {
+  memcpy(q, p, n);
+  fw_page_t *slice = fw_ptr_slice(fw_ptr_segment(p), p);
   if (__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) fw_free_local_push(slice, p);
   else fw_free_generic(p);
   return q;
 }
 
-void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size) {
-  fw_block_check_in(seg, page, p, p, "realloc of a freed block");  /* the cookie: the tag's match */
+/* A move: the new block, the copy and the old block's free; NULL (p
+ * untouched) if there is no memory. */
+static FW_NOINLINE void *fw_realloc_move(fw_heap_t *heap, void *p, size_t size, size_t usable) {
+  size_t want = fw_realloc_want(size, usable);
+  void *q = fw_heap_malloc_fast(heap, want);
+  if (!q && want != size) q = fw_heap_malloc_fast(heap, size);
+  if (!q) return NULL;
+  return fw_realloc_copy(q, p, usable < size ? usable : size);
+}
+
+/* fw_realloc_own once p passed its checks: kept if it fits; else the new
+ * block from the heap's direct pages, as malloc's fast path takes it, and
+ * anything else by fw_realloc_move. Tail calls only. */
+FW_INLINE void *fw_realloc_own_checked(fw_heap_t *heap, fw_page_t *page, void *p, size_t size) {
   size_t usable = page->block_size;
   if (size <= usable && size >= usable / 2) return p;
-  return fw_realloc_move(heap, seg, p, size, usable);
+  size_t want = fw_realloc_want(size, usable);
+  void *q = NULL;
+  if (want <= FW_DIRECT_MAX) q = fw_page_pop_fast(heap->direct[want]);
+  else if (fw_size_in_cdirect(want)) q = fw_malloc_class_fast(heap, want);
+  if (fw_unlikely(q == NULL)) return fw_realloc_move(heap, p, size, usable);
+  return fw_realloc_copy(q, p, usable < size ? usable : size);
+}
+
+/* p is not a block's start, or looks freed: reported (fw_block_check_in)
+ * unless it is a live block after all (fw_block_freed_32, 32-bit builds).
+ * Apart, so that fw_realloc_own makes no call but tail calls, and needs no
+ * stack frame. */
+static FW_NOINLINE FW_COLD void *fw_realloc_own_doubt(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p,
+                                                      size_t size) {
+  fw_block_check_in(seg, page, p, p, "realloc of a freed block");
+  return fw_realloc_own_checked(heap, page, p, size);
+}
+
+void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size) {
+  if (fw_unlikely(!fw_realloc_own_start(page, p) || fw_link_looks_free((fw_block_t *)p)))
+    return fw_realloc_own_doubt(heap, seg, page, p, size);
+  return fw_realloc_own_checked(heap, page, p, size);
 }
 
 void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
@@ -529,5 +558,5 @@ void *fw_realloc_ex(fw_heap_t *heap, void *p, size_t size) {
         (grow ? fw_large_grow(page, size) : fw_large_shrink(page, size)))
       return p;
   }
-  return fw_realloc_move(heap, seg, p, size, usable);
+  return fw_realloc_move(heap, p, size, usable);
 }

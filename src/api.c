@@ -166,8 +166,28 @@ void *fw_calloc(size_t count, size_t size) {
 }
 
 void *fw_realloc(void *p, size_t size) {
-  /* A growing buffer mostly stays in its block: that needs no heap. */
-  if (fw_likely(p != NULL) && fw_likely(fw_realloc_fits(p, size))) return p;
+  /* Cautious mode reads nothing through p before it has validated it
+   * (fw_realloc_ex). */
+  if (fw_likely(p != NULL) && fw_likely(!fw_cautious)) {
+    /* A block of this thread's small or medium page with no flag (the free
+     * fast path's one test) stays or moves by fw_realloc_own; the rest is
+     * checked first, then kept in place if it fits (a growing buffer mostly
+     * stays in its block: that needs no heap) or goes to fw_realloc_ex. */
+    fw_segment_t *seg = fw_ptr_segment(p);
+    fw_page_t *slice = fw_ptr_slice(seg, p);
+    if (fw_likely(__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) && size - 1 < FW_MEDIUM_MAX) {
+      size_t bs = slice->block_size;
+      if (size <= bs && size >= bs / 2 && fw_realloc_own_start(slice, p) && !fw_link_looks_free((fw_block_t *)p))
+        return p;
+      fw_heap_t *heap = FW_TLS(fw_tls_heap);
+      if (fw_likely(heap != &fw_heap_empty)) {
+        void *q = fw_realloc_own(heap, seg, slice, p, size);
+        if (q != p) FW_PROF_ACCOUNT(q, size);
+        return q;
+      }
+    }
+    if (fw_likely(fw_realloc_fits(p, size))) return p;
+  }
   fw_heap_t *heap = fw_ready_heap();
   if (fw_unlikely(!heap)) {
     if (p && size == 0) {
@@ -176,14 +196,7 @@ void *fw_realloc(void *p, size_t size) {
     }
     return fw_thread_alloc(FW_OP_REALLOC, p, size, 0);
   }
-  void *q;
-  fw_segment_t *seg = fw_ptr_segment(p);
-  fw_page_t *slice = fw_ptr_slice(seg, p);
-  if (fw_likely(p != NULL) && size - 1 < FW_MEDIUM_MAX && !fw_cautious &&
-      __atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id())
-    q = fw_realloc_own(heap, seg, slice, p, size);
-  else
-    q = fw_realloc_ex(heap, p, size);
+  void *q = fw_realloc_ex(heap, p, size);
   if (q != p) FW_PROF_ACCOUNT(q, size);
   return q;
 }
