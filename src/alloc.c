@@ -110,7 +110,10 @@
  *      request will end in, if one of the first few cached did; the page
  *      stays in the heap's full list meanwhile); a bigger
  *      span goes back to its segment at once, where the next request of a
- *      size near its reuses its warm slices.
+ *      size near its reuses its warm slices, unless the thread was seen to
+ *      write its big blocks in part only (a header and a trailer): then
+ *      spans up to 2 MiB wait in the cache too, which may hold four times
+ *      as much (large.c).
  *      A block above 2 MiB is its own segment of whole chunks; freed, the
  *      chunks go back to the arena but stay warm there for ten purge delays,
  *      and the next big block is placed over them (see arena claims above),

@@ -416,6 +416,34 @@ static void t_large_reuse(void) {
          without);
 }
 
+/* ops replacements at random in a window of k blocks (64 at most) of lo
+ * to hi bytes, each written at its first and last bytes only: the minor
+ * faults they took. */
+static long replace_at_ends(int k, int ops, size_t lo, size_t hi, uint64_t seed) {
+  const char *e = getenv("FREEWAY_PURGE_DELAY");
+  CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
+  char *v[64] = {0};
+  CHECK(k >= 1 && k <= 64);
+  fwt_rng r;
+  fwt_rng_init(&r, seed);
+  long f0 = minor_faults();
+  for (int i = 0; i < ops; i++) {
+    size_t j = (size_t)(fwt_next(&r) % (uint64_t)k);
+    if (v[j]) {
+      CHECKF(v[j][0] == (char)j, "block %p lost its first byte", (void *)v[j]);
+      A.free(v[j]);
+    }
+    size_t n = fwt_range(&r, lo, hi);
+    v[j] = A.malloc(n);
+    CHECK(v[j] != NULL);
+    v[j][0] = (char)j;
+    v[j][n - 1] = (char)j;
+  }
+  long faults = minor_faults() - f0;
+  for (int j = 0; j < k; j++) A.free(v[j]);
+  return faults;
+}
+
 /* One thread replaces large blocks of random sizes in a window, writing
  * the first and last byte of each (bench_speed's pattern: a header and a
  * trailer), with a purge delay longer than the test so that only where
@@ -425,27 +453,8 @@ static void t_large_reuse(void) {
  * emptying the cache at each request it could not serve once it held
  * 16 MiB, cost 7,858 faults here (0.196 a replacement); 2,030 since. */
 static void t_large_ends(void) {
-  const char *e = getenv("FREEWAY_PURGE_DELAY");
-  CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
   enum { K = 64, OPS = 40000 };
-  char *v[K] = {0};
-  fwt_rng r;
-  fwt_rng_init(&r, 23);
-  long f0 = minor_faults();
-  for (int i = 0; i < OPS; i++) {
-    size_t j = (size_t)(fwt_next(&r) % K);
-    if (v[j]) {
-      CHECKF(v[j][0] == (char)j, "block %p lost its first byte", (void *)v[j]);
-      A.free(v[j]);
-    }
-    size_t n = fwt_range(&r, 140 * 1024, 512 * 1024);
-    v[j] = A.malloc(n);
-    CHECK(v[j] != NULL);
-    v[j][0] = (char)j;
-    v[j][n - 1] = (char)j;
-  }
-  long faults = minor_faults() - f0;
-  for (int j = 0; j < K; j++) A.free(v[j]);
+  long faults = replace_at_ends(K, OPS, 140 * 1024, 512 * 1024, 23);
   fwt_log("large_ends: %d replacements in a window of %d blocks of 140-512 KiB: %ld minor faults (%.3f each)", OPS, K,
           faults, (double)faults / OPS);
   CHECKF(faults * 10 < OPS, "%ld page faults for %d replacements of large blocks in a window of %d: more than 0.1 each",
@@ -459,32 +468,12 @@ static void t_large_ends(void) {
  * touched: 2,884 faults for 20,000 replacements, where placing each block
  * anew on a best fit took 6,871 (its last byte on a page never touched
  * before, one replacement in three). */
-#define LARGE_SPARSE_DIV 4
 static void t_large_sparse(void) {
-  const char *e = getenv("FREEWAY_PURGE_DELAY");
-  CHECKF(e != NULL && atol(e) >= 60000, "run this section with FREEWAY_PURGE_DELAY=60000");
   enum { K = 16, OPS = 20000 };
-  char *v[K] = {0};
-  fwt_rng r;
-  fwt_rng_init(&r, 31);
-  long f0 = minor_faults();
-  for (int i = 0; i < OPS; i++) {
-    size_t j = (size_t)(fwt_next(&r) % K);
-    if (v[j]) {
-      CHECKF(v[j][0] == (char)j, "block %p lost its first byte", (void *)v[j]);
-      A.free(v[j]);
-    }
-    size_t n = fwt_range(&r, MiB + 1, 2 * MiB);
-    v[j] = A.malloc(n);
-    CHECK(v[j] != NULL);
-    v[j][0] = (char)j;
-    v[j][n - 1] = (char)j;
-  }
-  long faults = minor_faults() - f0;
-  for (int j = 0; j < K; j++) A.free(v[j]);
+  long faults = replace_at_ends(K, OPS, MiB + 1, 2 * MiB, 31);
   fwt_log("large_sparse: %d replacements in a window of %d blocks of 1-2 MiB: %ld minor faults (%.3f each)", OPS, K,
           faults, (double)faults / OPS);
-  CHECKF(faults * LARGE_SPARSE_DIV < OPS, "%ld page faults for %d replacements of blocks of 1-2 MiB written at both ends",
+  CHECKF(faults * 4 < OPS, "%ld page faults for %d replacements of blocks of 1-2 MiB written at both ends: more than 0.25 each",
          faults, OPS);
 }
 
