@@ -478,8 +478,8 @@ FW_INLINE size_t fw_realloc_want(size_t size, size_t usable) {
  * fw_free_generic's tests again (sqlite's string builder grows its buffers
  * by realloc: 150,000 of them in bench/realprog.py's script of 20,000
  * rows). The tag is read again: the new block may have filled p's page.
- * Apart, so that fw_realloc_own needs no stack frame: only q and p live
- * across the copy. */
+ * Apart, so that fw_realloc_own leaves by tail calls and keeps nothing
+ * across the copy itself: only q and p live across it here. */
 static FW_NOINLINE void *fw_realloc_copy(void *q, void *p, size_t n) {
   memcpy(q, p, n);
   fw_page_t *slice = fw_ptr_slice(fw_ptr_segment(p), p);
@@ -514,8 +514,7 @@ FW_INLINE void *fw_realloc_own_checked(fw_heap_t *heap, fw_page_t *page, void *p
 
 /* p is not a block's start, or looks freed: reported (fw_block_check_in)
  * unless it is a live block after all (fw_block_freed_32, 32-bit builds).
- * Apart, so that fw_realloc_own makes no call but tail calls, and needs no
- * stack frame. */
+ * Apart, so that fw_realloc_own makes no call but tail calls. */
 static FW_NOINLINE FW_COLD void *fw_realloc_own_doubt(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p,
                                                       size_t size) {
   fw_block_check_in(seg, page, p, p, "realloc of a freed block");

@@ -72,9 +72,10 @@ FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void 
   fw_block_report(seg, page, p, what);
 }
 
-/* The block start and free checks of fw_block_check_in, for a block whose
- * slice's tag is this thread's: such a page is in use, small or medium,
- * and not the secure level's (every flag clears the tag). */
+/* fw_block_check_in's test that p is the start of one of page's carved
+ * blocks, for a block whose slice's tag is this thread's: such a page is
+ * in use, small or medium, and not the secure level's (every flag clears
+ * the tag), so that test and the looks-freed one are all that is left. */
 FW_INLINE bool fw_realloc_own_start(const fw_page_t *page, const void *p) {
   size_t off = (size_t)((const uint8_t *)p - page->area);
   return off < (size_t)page->reserved * page->block_size && fw_page_offset_at_block(page, off);
@@ -83,14 +84,15 @@ FW_INLINE bool fw_realloc_own_start(const fw_page_t *page, const void *p) {
  * thread's with no flag (its slice's tag is the thread's: the free fast
  * path's one test), to size bytes (0 < size <= FW_MEDIUM_MAX), kept in
  * place if they fit it (fw_realloc keeps most of those without the call);
- * not in cautious mode. The new
- * block comes from heap's direct pages as malloc's fast path takes it, and
- * neither it nor the copy and free after it need a stack frame:
- * realloc(p, 64 + 64) and free, 179 instructions (callgrind; 237 through
- * fw_realloc_ex, 210 before, mimalloc 3.3's 185). */
+ * not in cautious mode. The new block comes from heap's direct pages as
+ * malloc's fast path takes it, and the copy and free after it by tail
+ * calls: malloc(64), realloc to 128 and free, 182 instructions (callgrind
+ * bench_apipath realloc 64; 237 through fw_realloc_ex, 210 with the move
+ * inline, mimalloc 3.3.2's 184.9). */
 FW_HIDDEN void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size);
 
-/* realloc's in-place hit, made before anything else (no heap, no call):
+/* realloc's in-place hit for a block that is not this thread's plain one
+ * (fw_realloc tests those first: fw_realloc_own), with no heap and no call:
  * true when p's block holds size bytes and would not be more than half
  * empty (fw_realloc_ex's rule) and p passes what fw_block_check asks of a
  * pointer, in the same order: a segment header of freeway's first, then a
