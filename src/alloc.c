@@ -498,12 +498,11 @@ static FW_NOINLINE void *fw_realloc_move(fw_heap_t *heap, void *p, size_t size, 
   return fw_realloc_copy(q, p, usable < size ? usable : size);
 }
 
-/* fw_realloc_own once p passed its checks: kept if it fits; else the new
- * block from the heap's direct pages, as malloc's fast path takes it, and
- * anything else by fw_realloc_move. Tail calls only. */
+/* fw_realloc_own once p passed its checks, for a size its block does not
+ * fit: the new block from the heap's direct pages, as malloc's fast path
+ * takes it, and anything else by fw_realloc_move. Tail calls only. */
 FW_INLINE void *fw_realloc_own_checked(fw_heap_t *heap, fw_page_t *page, void *p, size_t size) {
   size_t usable = page->block_size;
-  if (size <= usable && size >= usable / 2) return p;
   size_t want = fw_realloc_want(size, usable);
   void *q = NULL;
   if (want <= FW_DIRECT_MAX) q = fw_page_pop_fast(heap->direct[want]);
@@ -513,16 +512,19 @@ FW_INLINE void *fw_realloc_own_checked(fw_heap_t *heap, fw_page_t *page, void *p
 }
 
 /* p is not a block's start, or looks freed: reported (fw_block_check_in)
- * unless it is a live block after all (fw_block_freed_32, 32-bit builds).
- * Apart, so that fw_realloc_own makes no call but tail calls. */
+ * unless it is a live block after all (fw_block_freed_32, 32-bit builds),
+ * which stays in place if it fits (the one way here for such a size:
+ * fw_realloc keeps the others). Apart, so that fw_realloc_own makes no
+ * call but tail calls. */
 static FW_NOINLINE FW_COLD void *fw_realloc_own_doubt(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p,
                                                       size_t size) {
   fw_block_check_in(seg, page, p, p, "realloc of a freed block");
+  if (size <= page->block_size && size >= page->block_size / 2) return p;
   return fw_realloc_own_checked(heap, page, p, size);
 }
 
 void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size) {
-  if (fw_unlikely(!fw_realloc_own_start(page, p) || fw_link_looks_free((fw_block_t *)p)))
+  if (fw_unlikely(!fw_page_reserved_block_start(page, p) || fw_link_looks_free((fw_block_t *)p)))
     return fw_realloc_own_doubt(heap, seg, page, p, size);
   return fw_realloc_own_checked(heap, page, p, size);
 }

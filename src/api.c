@@ -177,7 +177,7 @@ void *fw_realloc(void *p, size_t size) {
     fw_page_t *slice = fw_ptr_slice(seg, p);
     if (fw_likely(__atomic_load_n(&slice->tag, __ATOMIC_RELAXED) == fw_thread_id()) && size - 1 < FW_MEDIUM_MAX) {
       size_t bs = slice->block_size;
-      if (size <= bs && size >= bs / 2 && fw_realloc_own_start(slice, p) && !fw_link_looks_free((fw_block_t *)p))
+      if (size <= bs && size >= bs / 2 && fw_page_reserved_block_start(slice, p) && !fw_link_looks_free((fw_block_t *)p))
         return p;
       fw_heap_t *heap = FW_TLS(fw_tls_heap);
       if (fw_likely(heap != &fw_heap_empty)) {

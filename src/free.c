@@ -73,10 +73,10 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
  * peak RSS 10.5 -> 11.2 MB (12.4). */
 #define FW_RFREE_HELD ((size_t)128 << 10)
 /* Blocks above 2 KiB are not held: an entry takes at most 64 KiB of them
- * (FW_RFREE_BYTES), so a batch would be short, and what they add to FW_RFREE_HELD made a
- * thread that frees blocks of many sizes (bench_xmalloc 8 B-16 KiB, one
- * consumer) reach the cap at almost every free, each then handing its
- * entry over with one or two blocks. Freed at once with their CAS,
+ * (FW_RFREE_BYTES), so a batch would be short, and what they add to
+ * FW_RFREE_HELD made a thread that frees blocks of many sizes
+ * (bench_xmalloc 8 B-16 KiB, one consumer) reach the cap at almost every
+ * free, each then handing its entry over with one or two blocks. Freed at once with their CAS,
  * interleaved runs, medians of 9: bench_xmalloc --producers 1 --consumers
  * 1 --blocks 1500000 --min 8 --max 16384 163 -> 132 ms, peak RSS 10.3 ->
  * 5.8 MB; 4 + 4: 170 -> 153 ms; whole-suite pass against the library

@@ -58,12 +58,9 @@ FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void 
     if ((const void *)b != p && !(fw_page_flags(page) & FW_PF_ALIGNED)) what = "free of a pointer inside a block";
     else if (page->used == 0) what = freed;
   } else {
-    /* reserved, not capacity: capacity is the owner's, still moving; the
-     * block-start test needs no division (sizeclass.h), as every free of
-     * the secure level comes here */
-    size_t off = (size_t)((const uint8_t *)b - page->area);
-    if ((const uint8_t *)b < page->area || off >= (size_t)page->reserved * page->block_size ||
-        !fw_page_offset_at_block(page, off))
+    /* the block-start test needs no division (sizeclass.h), as every free
+     * of the secure level comes here */
+    if (!fw_page_reserved_block_start(page, b))
       what = "free of a pointer inside a block";
     else if (fw_secure ? fw_block_marked(b) : fw_link_looks_free(b) && fw_block_freed_32(seg, page, b))
       what = freed;
@@ -72,21 +69,16 @@ FW_INLINE void fw_block_check_in(fw_segment_t *seg, fw_page_t *page, const void 
   fw_block_report(seg, page, p, what);
 }
 
-/* fw_block_check_in's test that p is the start of one of page's carved
- * blocks, for a block whose slice's tag is this thread's: such a page is
- * in use, small or medium, and not the secure level's (every flag clears
- * the tag), so that test and the looks-freed one are all that is left. */
-FW_INLINE bool fw_realloc_own_start(const fw_page_t *page, const void *p) {
-  size_t off = (size_t)((const uint8_t *)p - page->area);
-  return off < (size_t)page->reserved * page->block_size && fw_page_offset_at_block(page, off);
-}
 /* realloc's move of a block of page, a small or medium page of this
  * thread's with no flag (its slice's tag is the thread's: the free fast
  * path's one test), to size bytes (0 < size <= FW_MEDIUM_MAX), kept in
  * place if they fit it (fw_realloc keeps most of those without the call);
- * not in cautious mode. The new block comes from heap's direct pages as
- * malloc's fast path takes it, and the copy and free after it by tail
- * calls: malloc(64), realloc to 128 and free, 182 instructions (callgrind
+ * not in cautious mode. Such a page is in use, small or medium, and not
+ * the secure level's (every flag clears the tag): of fw_block_check_in's
+ * tests, the block's start and the looks-freed one are all that is left
+ * (fw_realloc makes them too). The new block comes from heap's direct
+ * pages as malloc's fast path takes it, and the copy and free after it by
+ * tail calls: malloc(64), realloc to 128 and free, 182 instructions (callgrind
  * bench_apipath realloc 64; 237 through fw_realloc_ex, 210 with the move
  * inline, mimalloc 3.3.2's 184.9). */
 FW_HIDDEN void *fw_realloc_own(fw_heap_t *heap, fw_segment_t *seg, fw_page_t *page, void *p, size_t size);
@@ -118,11 +110,9 @@ FW_INLINE bool fw_realloc_fits(const void *p, size_t size) {
   }
   size_t bs = page->block_size;
   if (size > bs || size < bs / 2) return false;
-  size_t off = (size_t)((const uint8_t *)p - page->area);
-  if (page->kind == FW_KIND_LARGE) return off == 0 && page->used != 0;
-  /* off is below 4 MiB once in range, where the divisor test holds; a
-   * block that looks freed goes to fw_realloc_ex, whose check tells */
-  return off < (size_t)page->reserved * bs && fw_page_offset_at_block(page, off) && !fw_link_looks_free((const fw_block_t *)p);
+  if (page->kind == FW_KIND_LARGE) return p == (const void *)page->area && page->used != 0;
+  /* a block that looks freed goes to fw_realloc_ex, whose check tells */
+  return fw_page_reserved_block_start(page, p) && !fw_link_looks_free((const fw_block_t *)p);
 }
 
 /* A block of 1 to 128 KiB (size must be in that range) from the page

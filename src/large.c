@@ -85,8 +85,7 @@ static void fw_large_cache_drop(fw_heap_t *heap, fw_page_t *page) {
 }
 
 void fw_large_cache_miss(fw_heap_t *heap, size_t size) {
-  size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20, freed = 0;
-  if (fw_segment_big_sparse(heap->tld)) cap *= FW_LCACHE_SPARSE_CAP;
+  size_t cap = fw_large_cache_option_cap(heap), freed = 0;
   for (size_t n = FW_LCACHE_MAX_SLICES; n >= 1 && freed < size && heap->lcache_bytes > cap; n--) {
     while (heap->lcache[n] && freed < size) {
       /* the oldest of the bin (or the 64th: a bound on the walk): the ones

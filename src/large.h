@@ -62,11 +62,16 @@ FW_INLINE void *fw_large_cache_hit(fw_heap_t *heap, size_t size) {
 FW_HIDDEN void fw_large_cache_miss(fw_heap_t *heap, size_t size);
 /* all: every cached page; else those already seen by the previous look */
 FW_HIDDEN void fw_large_cache_flush(fw_heap_t *heap, bool all);
+/* FREEWAY_LARGE_CACHE's bytes, FW_LCACHE_SPARSE_CAP times for a thread
+ * whose big blocks are written in part only. */
+FW_INLINE size_t fw_large_cache_option_cap(const fw_heap_t *heap) {
+  size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
+  return fw_segment_big_sparse(heap->tld) ? cap * FW_LCACHE_SPARSE_CAP : cap;
+}
 /* What the cache may hold (see large.c): FREEWAY_LARGE_CACHE, or more
  * while the heap hands out more than that in such blocks between two looks. */
 FW_INLINE size_t fw_large_cache_cap(const fw_heap_t *heap) {
-  size_t cap = (size_t)fw_opt(LARGE_CACHE) << 20;
-  if (fw_segment_big_sparse(heap->tld)) cap *= FW_LCACHE_SPARSE_CAP;
+  size_t cap = fw_large_cache_option_cap(heap);
   return cap && heap->lcache_recent > cap ? heap->lcache_recent : cap;
 }
 /* A freed span page (used 0, still in its heap's full list) waits in the
