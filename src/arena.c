@@ -112,8 +112,9 @@ static bool fw_arena_claim_at(fw_arena_t *a, size_t w, unsigned shift, size_t n,
  * warm one; a longer run where it covers the most warm chunks (the first
  * such place), so that a block fills what a freed one left before it
  * reaches untouched chunks. -1: no room. */
-static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n) {
+static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n, bool warm_only) {
   uint64_t warm = freebits & dirty;
+  if (warm_only) return warm ? (int)fw_ctz64(warm) : -1;
   if (n == 1) return freebits ? (int)fw_ctz64(warm ? warm : freebits) : -1;
   uint64_t starts = fw_mask_run_starts(freebits, n);
   if (!starts) return -1;
@@ -129,8 +130,8 @@ static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n) {
 }
 
 /* Claims a run of n free chunks inside one bitmap word of a (see
- * fw_arena_place for where). */
-static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_zero) {
+ * fw_arena_place for where); warm_only (n is 1): the first warm chunk. */
+static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_zero, bool warm_only) {
   if (atomic_load_explicit(&a->released, memory_order_acquire)) return false;
   uint32_t chunks = fw_arena_chunks(a);
   for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
@@ -140,7 +141,7 @@ static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_ze
      * again at what is left */
     for (;;) {
       uint64_t freebits = ~atomic_load_explicit(&a->inuse[w], memory_order_relaxed) & valid;
-      int shift = fw_arena_place(freebits, atomic_load_explicit(&a->dirty[w], memory_order_relaxed), n);
+      int shift = fw_arena_place(freebits, atomic_load_explicit(&a->dirty[w], memory_order_relaxed), n, warm_only);
       if (shift < 0) break;
       if (fw_arena_claim_at(a, w, (unsigned)shift, n, chunk, is_zero)) return true;
       if (w * 64 + (size_t)shift + n > fw_arena_chunks(a)) return false;
@@ -246,13 +247,27 @@ static bool fw_arena_add(size_t min_chunks) {
 void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero) {
   if (chunks == 0 || chunks > FW_ARENA_MAX_CHUNKS) return NULL;
   if (chunks > 1 && fw_arena_claim_warm(chunks, arena, chunk, is_zero)) return fw_arena_chunk_addr(*arena, *chunk);
+  /* A single chunk: the first warm one of any word before a cold one.
+   * fw_arena_claim looks at the words in turn and would take a cold chunk
+   * of an early word while a later one holds a warm one (a segment a thread
+   * handed back for one of another kind, segment.c). */
+  if (chunks == 1) {
+    size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
+    for (size_t i = 0; i < count; i++) {
+      fw_arena_t *a = fw_arena_at(i);
+      if (fw_arena_claim(a, 1, chunk, is_zero, true)) {
+        *arena = a;
+        return fw_arena_chunk_addr(a, *chunk);
+      }
+    }
+  }
   for (int attempt = 0; attempt < 4; attempt++) {
     size_t epoch = atomic_load_explicit(&fw_arena_epoch, memory_order_acquire);
     size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
     for (size_t i = 0; i < count; i++) {
       fw_arena_t *a = fw_arena_at(i);
       if (fw_arena_chunks(a) < chunks) continue;
-      if (fw_arena_claim(a, chunks, chunk, is_zero)) {
+      if (fw_arena_claim(a, chunks, chunk, is_zero, false)) {
         *arena = a;
         return fw_arena_chunk_addr(a, *chunk);
       }
