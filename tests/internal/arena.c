@@ -197,6 +197,32 @@ static void t_arena_zero(void) {
   CHECK(cold.p == lo.p && zero);
   fw_arena_free(warm.arena, warm.chunk, 1, false);
   fw_arena_free(cold.arena, cold.chunk, 1, false);
+
+  /* ... also when the warm chunk is in a later word of the arena's bitmaps
+   * than the clean one (a segment that a thread hands back to be used for
+   * one of another kind must be the one the next claim takes) */
+  fw_arena_purge(0, true);
+  enum { N = 80 };
+  claim many[N];
+  int lo_i = -1, hi_i = -1;
+  for (int i = 0; i < N; i++) {
+    many[i] = take(1, &zero);
+    if (lo_i < 0 && many[i].chunk % 64 == 0) lo_i = i;
+  }
+  for (int i = 0; lo_i >= 0 && i < N; i++)
+    if (many[i].arena == many[lo_i].arena && many[i].chunk / 64 > many[lo_i].chunk / 64) hi_i = i;
+  CHECKF(lo_i >= 0 && hi_i >= 0, "no two one-chunk claims of %d in different words of one arena", N);
+  tag_claim(&many[hi_i], 0xbbbb, false);
+  fw_arena_free(many[hi_i].arena, many[hi_i].chunk, 1, false);
+  fw_arena_free(many[lo_i].arena, many[lo_i].chunk, 1, true);
+  warm = take(1, &zero);
+  CHECKF(warm.p == many[hi_i].p && !zero, "a one-chunk claim took chunk %u, not the warm chunk %u of a later word",
+         warm.chunk, many[hi_i].chunk);
+  check_tag(&many[hi_i]);
+  many[hi_i] = warm;
+  many[lo_i] = take(1, &zero);
+  for (int i = 0; i < N; i++) fw_arena_free(many[i].arena, many[i].chunk, 1, false);
+  fw_arena_purge(0, true);
 }
 
 /* Runs of several chunks (blocks above 2 MiB) go where freed ones left warm
