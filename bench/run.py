@@ -2,7 +2,7 @@
 """Runs freeway's benchmark suite against the system allocator and the peer
 allocators, all swapped in with LD_PRELOAD over the same binaries.
 
-    python3 bench/run.py                    # quick pass (about 10 minutes on 2 cores)
+    python3 bench/run.py                    # quick pass (about 25 minutes on 2 cores)
     python3 bench/run.py --only frag32      # the 32-bit experiment (needs BUILD/m32)
     python3 bench/run.py --full             # the seeds' own scale
     python3 bench/run.py --only speed,pools --alloc freeway,mimalloc

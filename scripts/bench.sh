@@ -4,7 +4,7 @@
 # v2, snmalloc and rpmalloc (built from source by bench/peers/build.sh), all
 # swapped in with LD_PRELOAD over the same benchmark binaries.
 #
-#   scripts/bench.sh                  # install, build, quick pass (about 10 minutes on 2 cores)
+#   scripts/bench.sh                  # install, build, quick pass (about 25 minutes on 2 cores)
 #   scripts/bench.sh --full           # the seeds' own scale (long)
 #   scripts/bench.sh --only speed --alloc freeway,mimalloc
 #   scripts/bench.sh --only frag32    # the 32-bit experiment (not in the quick pass)
