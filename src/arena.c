@@ -112,9 +112,8 @@ static bool fw_arena_claim_at(fw_arena_t *a, size_t w, unsigned shift, size_t n,
  * warm one; a longer run where it covers the most warm chunks (the first
  * such place), so that a block fills what a freed one left before it
  * reaches untouched chunks. -1: no room. */
-static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n, bool warm_only) {
+static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n) {
   uint64_t warm = freebits & dirty;
-  if (warm_only) return warm ? (int)fw_ctz64(warm) : -1;
   if (n == 1) return freebits ? (int)fw_ctz64(warm ? warm : freebits) : -1;
   uint64_t starts = fw_mask_run_starts(freebits, n);
   if (!starts) return -1;
@@ -130,8 +129,8 @@ static int fw_arena_place(uint64_t freebits, uint64_t dirty, size_t n, bool warm
 }
 
 /* Claims a run of n free chunks inside one bitmap word of a (see
- * fw_arena_place for where); warm_only (n is 1): the first warm chunk. */
-static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_zero, bool warm_only) {
+ * fw_arena_place for where). */
+static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_zero) {
   if (atomic_load_explicit(&a->released, memory_order_acquire)) return false;
   uint32_t chunks = fw_arena_chunks(a);
   for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
@@ -141,7 +140,7 @@ static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_ze
      * again at what is left */
     for (;;) {
       uint64_t freebits = ~atomic_load_explicit(&a->inuse[w], memory_order_relaxed) & valid;
-      int shift = fw_arena_place(freebits, atomic_load_explicit(&a->dirty[w], memory_order_relaxed), n, warm_only);
+      int shift = fw_arena_place(freebits, atomic_load_explicit(&a->dirty[w], memory_order_relaxed), n);
       if (shift < 0) break;
       if (fw_arena_claim_at(a, w, (unsigned)shift, n, chunk, is_zero)) return true;
       if (w * 64 + (size_t)shift + n > fw_arena_chunks(a)) return false;
@@ -150,10 +149,17 @@ static bool fw_arena_claim(fw_arena_t *a, size_t n, uint32_t *chunk, bool *is_ze
   return false;
 }
 
-/* A run of n > 1 chunks that are all free and warm, anywhere: the shortest
- * stretch of free warm chunks that holds it (best fit), so that a small
- * block does not cut into the stretch a bigger one freed, which the next
- * big request will want whole. */
+/* A run of n chunks that are all free and warm, anywhere: for n > 1 the
+ * shortest stretch of free warm chunks that holds it (best fit), so that a
+ * small block does not cut into the stretch a bigger one freed, which the
+ * next big request will want whole; a single chunk takes the first warm
+ * one. fw_arena_claim looks at one bitmap word after another and would
+ * take a cold chunk of an early word while a later one holds a warm one (a
+ * segment a thread hands back to be used for one of another kind,
+ * segment.c). Not the best fit for a single chunk too: new threads then
+ * took warm chunks other than the one the last thread had left
+ * (bench_threadwave --threads 4 --waves 5000 --ops 50 --window 20, 13
+ * runs: 355 -> 433 ms). */
 static bool fw_arena_claim_warm(size_t n, fw_arena_t **arena, uint32_t *chunk, bool *is_zero) {
   size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
   fw_arena_t *best = NULL;
@@ -168,6 +174,7 @@ static bool fw_arena_claim_warm(size_t n, fw_arena_t **arena, uint32_t *chunk, b
                       atomic_load_explicit(&a->dirty[w], memory_order_relaxed) & fw_word_valid(chunks, w);
       while (warm) {
         unsigned s = fw_ctz64(warm), len = fw_mask_run_at(warm, s);
+        if (n == 1) len = 1;  /* the first warm chunk: take it */
         if (len >= n && len < best_len) best = a, best_w = w, best_s = s, best_len = len;
         warm &= ~(fw_mask_low(len) << s);
       }
@@ -246,28 +253,14 @@ static bool fw_arena_add(size_t min_chunks) {
 
 void *fw_arena_alloc(size_t chunks, fw_arena_t **arena, uint32_t *chunk, bool *is_zero) {
   if (chunks == 0 || chunks > FW_ARENA_MAX_CHUNKS) return NULL;
-  if (chunks > 1 && fw_arena_claim_warm(chunks, arena, chunk, is_zero)) return fw_arena_chunk_addr(*arena, *chunk);
-  /* A single chunk: the first warm one of any word before a cold one.
-   * fw_arena_claim looks at the words in turn and would take a cold chunk
-   * of an early word while a later one holds a warm one (a segment a thread
-   * handed back for one of another kind, segment.c). */
-  if (chunks == 1) {
-    size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
-    for (size_t i = 0; i < count; i++) {
-      fw_arena_t *a = fw_arena_at(i);
-      if (fw_arena_claim(a, 1, chunk, is_zero, true)) {
-        *arena = a;
-        return fw_arena_chunk_addr(a, *chunk);
-      }
-    }
-  }
+  if (fw_arena_claim_warm(chunks, arena, chunk, is_zero)) return fw_arena_chunk_addr(*arena, *chunk);
   for (int attempt = 0; attempt < 4; attempt++) {
     size_t epoch = atomic_load_explicit(&fw_arena_epoch, memory_order_acquire);
     size_t count = atomic_load_explicit(&fw_arena_count, memory_order_acquire);
     for (size_t i = 0; i < count; i++) {
       fw_arena_t *a = fw_arena_at(i);
       if (fw_arena_chunks(a) < chunks) continue;
-      if (fw_arena_claim(a, chunks, chunk, is_zero, false)) {
+      if (fw_arena_claim(a, chunks, chunk, is_zero)) {
         *arena = a;
         return fw_arena_chunk_addr(a, *chunk);
       }

@@ -76,8 +76,8 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
  * (FW_RFREE_BYTES), so a batch would be short, and what they add to
  * FW_RFREE_HELD made a thread that frees blocks of many sizes
  * (bench_xmalloc 8 B-16 KiB, one consumer) reach the cap at almost every
- * free, each then handing its entry over with one or two blocks. Freed at once with their CAS,
- * interleaved runs, medians of 9: bench_xmalloc --producers 1 --consumers
+ * free, each then handing its entry over with one or two blocks. Freed at
+ * once with their CAS, interleaved runs, medians of 9: bench_xmalloc --producers 1 --consumers
  * 1 --blocks 1500000 --min 8 --max 16384 163 -> 132 ms, peak RSS 10.3 ->
  * 5.8 MB; 4 + 4: 170 -> 153 ms; whole-suite pass against the library
  * before (5 runs each): time 0.996, peak RSS 1.003. */

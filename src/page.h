@@ -111,18 +111,20 @@ FW_INLINE bool fw_page_offset_at_block(const fw_page_t *page, size_t off) {
   uint64_t d = fw_class_divisor[page->cls];
   return (uint64_t)off * d < d;
 }
-/* p is the start of one of the blocks page has reserved: the test any
- * thread may make (capacity is the owner's, still moving). A p below the
- * area wraps to an offset far above the page's bytes. */
-FW_INLINE bool fw_page_reserved_block_start(const fw_page_t *page, const void *p) {
+/* p is the start of one of page's first n blocks. A p below the area
+ * wraps to an offset far above the page's bytes. */
+FW_INLINE bool fw_page_block_start_below(const fw_page_t *page, const void *p, size_t n) {
   size_t off = (size_t)((const uint8_t *)p - page->area);
-  return off < (size_t)page->reserved * page->block_size && fw_page_offset_at_block(page, off);
+  return off < n * page->block_size && fw_page_offset_at_block(page, off);
 }
-/* b is the start of one of page's carved blocks. */
+/* ... of the blocks it has reserved: the test any thread may make
+ * (capacity is the owner's, still moving). */
+FW_INLINE bool fw_page_reserved_block_start(const fw_page_t *page, const void *p) {
+  return fw_page_block_start_below(page, p, page->reserved);
+}
+/* ... of its carved blocks. */
 FW_INLINE bool fw_page_is_block_start(const fw_page_t *page, const fw_block_t *b) {
-  size_t off = (size_t)((const uint8_t *)b - page->area);
-  return (const uint8_t *)b >= page->area && off < (size_t)page->capacity * page->block_size &&
-         fw_page_offset_at_block(page, off);
+  return fw_page_block_start_below(page, b, page->capacity);
 }
 
 /* The fast pop: NULL if the list is empty or its head's link is damaged

@@ -421,11 +421,12 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
 #define FW_HUGE_TAIL_MAX ((uintptr_t)64 << 10)
 static void fw_segment_large_tail(fw_segment_t *seg, const uint8_t *end) {
   uintptr_t tail = (uintptr_t)end & ~(FW_HUGE_PAGE - 1);
-  if ((uintptr_t)end == tail || (uintptr_t)end - tail > FW_HUGE_TAIL_MAX || seg->direct) return;
+  if (!seg->huge || seg->direct || (uintptr_t)end == tail || (uintptr_t)end - tail > FW_HUGE_TAIL_MAX) return;
   if (fw_os_thp((void *)tail, FW_HUGE_PAGE, false)) seg->thp_tail = (uint32_t)(tail - (uintptr_t)seg);
 }
 
-/* Before the chunks from keep on leave the segment. */
+/* Before the chunks from keep on leave the segment (a direct mapping's
+ * tail is never advised apart: its chunks go back to no arena). */
 static void fw_segment_tail_restore(fw_segment_t *seg, size_t keep) {
   if (seg->thp_tail == 0 || seg->thp_tail < keep * FW_SEGMENT_SIZE) return;
   if (seg->huge) fw_os_thp((uint8_t *)seg + seg->thp_tail, FW_HUGE_PAGE, true);
@@ -442,8 +443,8 @@ static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
+  fw_segment_tail_restore(seg, 0);
   if (!seg->direct) fw_segment_guard(seg, false);  /* the arena hands the chunks out again */
-  if (!seg->direct) fw_segment_tail_restore(seg, 0);
   if (seg->direct) {
     fw_stat_sub(reserved, seg->size);
     fw_stat_sub(committed, seg->size);
@@ -743,7 +744,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   pg->block_size = seg->size - offset - guard;
   pg->is_zero = is_zero;
   fw_page_flags_set(pg, fw_checked_flag());
-  if (seg->huge) fw_segment_large_tail(seg, pg->area + size);
+  fw_segment_large_tail(seg, pg->area + size);
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
   if (sl != pg) {
     /* the block starts beyond the first slice: make that slice point back */
