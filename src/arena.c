@@ -38,6 +38,8 @@ struct fw_arena_s {
   _Atomic(uint64_t) marked[FW_ARENA_WORDS];
   _Atomic(uint64_t) huge[FW_ARENA_WORDS];  /* advised MADV_HUGEPAGE (the rest: NOHUGEPAGE);
                                               changed only by a chunk's holder */
+  _Atomic(uint64_t) tail[2 * FW_ARENA_WORDS]; /* halves of huge chunks advised 4 KiB pages
+                                                 apart (fw_arena_set_tail), bit 2c + i */
   _Atomic(uint64_t) due[FW_ARENA_CHUNKS_MAX]; /* ms: purge deadline while dirty and free,
                                                  the mark's deadline while marked */
 };
@@ -231,6 +233,8 @@ static bool fw_arena_add(size_t min_chunks) {
         atomic_store_explicit(&a->dirty[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->marked[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->huge[w], huge ? ~(uint64_t)0 : 0, memory_order_relaxed);
+        atomic_store_explicit(&a->tail[2 * w], 0, memory_order_relaxed);
+        atomic_store_explicit(&a->tail[2 * w + 1], 0, memory_order_relaxed);
       }
       fw_stat_add(reserved, want * FW_SEGMENT_SIZE);
       if (reuse) {
@@ -293,6 +297,14 @@ bool fw_arena_extend(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t more) 
   return true;
 }
 
+#define FW_HALF_CHUNK (FW_SEGMENT_SIZE / 2)
+
+/* The bits of word w of tail[] that stand for halves in [h0, h1). */
+static uint64_t fw_tail_mask(size_t w, size_t h0, size_t h1) {
+  uint64_t m = w == h0 / 64 ? ~(uint64_t)0 << (h0 % 64) : ~(uint64_t)0;
+  return m & fw_mask_low(h1 - w * 64);
+}
+
 bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) {
   size_t w = chunk / 64;
   uint64_t m = fw_mask_low(chunks) << (chunk % 64);
@@ -301,7 +313,29 @@ bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) 
   if (!fw_os_thp(fw_arena_chunk_addr(a, chunk), chunks * FW_SEGMENT_SIZE, huge)) return now == m;
   if (huge) atomic_fetch_or_explicit(&a->huge[w], m, memory_order_relaxed);
   else atomic_fetch_and_explicit(&a->huge[w], ~m, memory_order_relaxed);
+  /* the whole range has one advice now */
+  size_t h0 = 2 * (size_t)chunk, h1 = h0 + 2 * chunks;
+  for (size_t w2 = h0 / 64; w2 * 64 < h1; w2++)
+    atomic_fetch_and_explicit(&a->tail[w2], ~fw_tail_mask(w2, h0, h1), memory_order_relaxed);
   return huge;
+}
+
+void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep, bool others_back) {
+  uint8_t *base = fw_arena_chunk_addr(a, chunk);
+  size_t h0 = 2 * (size_t)chunk, h1 = h0 + 2 * chunks;
+  for (size_t w = h0 / 64; others_back && w * 64 < h1; w++) {
+    uint64_t m = fw_tail_mask(w, h0, h1);
+    for (uint64_t x = atomic_load_explicit(&a->tail[w], memory_order_relaxed) & m; x; x &= x - 1) {
+      size_t h = w * 64 + fw_ctz64(x);
+      if (h != keep && fw_os_thp(base + (h - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, true))
+        atomic_fetch_and_explicit(&a->tail[w], ~((uint64_t)1 << (h % 64)), memory_order_relaxed);
+    }
+  }
+  if (keep < h0 || keep >= h1) return;
+  uint64_t bit = (uint64_t)1 << (keep % 64);
+  if (atomic_load_explicit(&a->tail[keep / 64], memory_order_relaxed) & bit) return;
+  if (fw_os_thp(base + (keep - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, false))
+    atomic_fetch_or_explicit(&a->tail[keep / 64], bit, memory_order_relaxed);
 }
 
 /* Purges the chunks of run [s, s + n) of word w; false if the OS refused. */

@@ -19,6 +19,14 @@ FW_HIDDEN bool fw_arena_extend(fw_arena_t *arena, uint32_t chunk, size_t chunks,
  * under FREEWAY_THP=1. Before the chunks are touched: the kernel decides at
  * the first fault in each 2 MiB. Returns whether they are advised huge now. */
 FW_HIDDEN bool fw_arena_set_huge(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool huge);
+/* Of chunks the caller holds advised huge: the half (2 MiB, one huge page)
+ * numbered keep (2 * chunk + 0 or 1; SIZE_MAX for none) is advised 4 KiB
+ * pages; with others_back, every other half of them that was advised so
+ * apart gets the huge advice back. The record stays with the chunks when
+ * they are given back, so that a chunk whose next block ends where the
+ * last one did takes no madvise (the layer above's big blocks, churned). */
+FW_HIDDEN void fw_arena_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t keep,
+                                 bool others_back);
 /* purge_now: purge at once instead of after FREEWAY_PURGE_DELAY. Any run of
  * chunks the caller holds may be given back, not only a whole claim. */
 FW_HIDDEN void fw_arena_free(fw_arena_t *arena, uint32_t chunk, size_t chunks, bool purge_now);

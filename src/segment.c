@@ -337,8 +337,11 @@ static void fw_segment_rekind_empty(fw_tld_t *tld, int kind) {
   }
 }
 
+static void fw_segment_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t end, bool fresh);
+
+/* end: for a LARGE block, where it ends (from mem); 0 for other kinds. */
 static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size_t align, size_t offset,
-                                    bool *is_zero) {
+                                    size_t end, bool *is_zero) {
   if (chunks == 1 && align <= FW_SEGMENT_SIZE) fw_segment_rekind_empty(tld, kind);
   fw_arena_t *arena = NULL;
   uint32_t chunk = 0;
@@ -352,6 +355,7 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
   else if (arena && thp == FW_THP_ALWAYS) huge = true;
   else if (!arena && thp != FW_THP_NEVER && (thp == FW_THP_ALWAYS || fw_segment_wants_huge(tld, kind, chunks)))
     huge = fw_os_thp(mem, chunks * FW_SEGMENT_SIZE, true);  /* a mapping of its own: advised alone */
+  if (huge && arena) fw_segment_set_tail(arena, chunk, chunks, end, *is_zero);
   fw_segment_t *seg = (fw_segment_t *)mem;
   /* Only the header part is written: a reused chunk keeps stale page
    * descriptors, which are all rewritten below before anyone reads them.
@@ -406,31 +410,35 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
 /* A block in huge pages that ends inside one would bring the whole of that
  * one in when its last bytes are written: malloc(4 MiB), which the header
  * pushes 12 KiB into a second chunk, took 6 MiB of RSS written through,
- * malloc(8 MiB) 10 (glibc and mimalloc: 4 and 8). So the huge page the
- * block ends in keeps 4 KiB pages (a block that realloc grows in place
- * into it takes 4 KiB pages there), and gets its advice back before its
- * chunk goes back to the arena, whose record says the chunk is advised
- * whole (fw_segment_tail_restore). */
+ * malloc(8 MiB) 10 (glibc and mimalloc: 4 and 8), and malloc(2.2 MB) 4 MiB
+ * (mimalloc, which packs big blocks side by side in its arenas: 2.3). So
+ * the huge page the block ends in keeps 4 KiB pages (a block that realloc
+ * grows in place into it takes 4 KiB pages there). The arena keeps the
+ * advice with the chunk when the block is freed (fw_arena_set_tail): the
+ * next block there, if it ends in the same huge page, takes no madvise
+ * (bench_bigchurn --min 1MiB --max 4MiB: 1,376 madvise calls a run when
+ * each block advised its tail and gave the advice back at its free). */
 #define FW_HUGE_PAGE ((uintptr_t)2 << 20)
-/* ... when the block fills at most this much of it: 16 page faults at most
- * where a huge page would bring in 1.94 MiB or more it does not use. With
- * no limit, blocks of 1 to 25 MiB (bench_bigchurn) took 4 to 90 times the
- * faults and up to twice the time, their tails in 4 KiB pages; with this
- * one, 1-4 MiB: 12.3 against 11.6 ms and 18.4 against 20.4 MB of peak RSS,
- * 5-25 MiB: 27.8 against 30.0 ms (11 interleaved runs). */
-#define FW_HUGE_TAIL_MAX ((uintptr_t)64 << 10)
-static void fw_segment_large_tail(fw_segment_t *seg, const uint8_t *end) {
-  uintptr_t tail = (uintptr_t)end & ~(FW_HUGE_PAGE - 1);
-  if (!seg->huge || seg->direct || (uintptr_t)end == tail || (uintptr_t)end - tail > FW_HUGE_TAIL_MAX) return;
-  if (fw_os_thp((void *)tail, FW_HUGE_PAGE, false)) seg->thp_tail = (uint32_t)(tail - (uintptr_t)seg);
-}
-
-/* Before the chunks from keep on leave the segment (a direct mapping's
- * tail is never advised apart: its chunks go back to no arena). */
-static void fw_segment_tail_restore(fw_segment_t *seg, size_t keep) {
-  if (seg->thp_tail == 0 || seg->thp_tail < keep * FW_SEGMENT_SIZE) return;
-  if (seg->huge) fw_os_thp((uint8_t *)seg + seg->thp_tail, FW_HUGE_PAGE, true);
-  seg->thp_tail = 0;
+/* ... when the block fills at most this much of it: 128 faults at most
+ * where a huge page would bring in 1.5 MiB or more it does not use.
+ * malloc(2.2 MB) 16 times, written through: 63.7 MB of RSS before, 34.6
+ * since (mimalloc 3.3: 36.9). Medians of 11 interleaved runs of
+ * bench_bigchurn --ops 2000 --min 1MiB --max 4MiB: 16.0 ms at 512 KiB,
+ * 15.9 at 64 KiB, 16.7 at 1 MiB; --ops 300 --min 5MiB --max 25MiB (9
+ * runs): 31.0, 30.9 and 34.4 ms. */
+#define FW_HUGE_TAIL_MAX ((uintptr_t)512 << 10)
+/* Other halves of the chunks advised 4 KiB pages for an earlier block get
+ * the huge advice back only where their memory is fresh: in a warm chunk
+ * the 4 KiB pages faulted in already keep the kernel from placing a huge
+ * page there whatever the advice, and blocks of sizes that alternate (or
+ * chunks that go from big blocks to spans and back) would make a madvise
+ * pair each (bench_bigchurn --min 1MiB --max 4MiB with FW_HUGE_TAIL_MAX at
+ * 1 MiB: 815 calls a run, 69 at 64 KiB). */
+static void fw_segment_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t end, bool fresh) {
+  size_t keep = SIZE_MAX;
+  size_t in = end % FW_HUGE_PAGE;
+  if (end && in && in <= FW_HUGE_TAIL_MAX) keep = 2 * (size_t)chunk + end / FW_HUGE_PAGE;
+  fw_arena_set_tail(arena, chunk, chunks, keep, fresh);
 }
 
 /* Back to the arena or the OS. purge_now: an empty segment beyond the
@@ -443,7 +451,6 @@ static void fw_segment_release(fw_segment_t *seg, bool purge_now) {
   fw_stat_sub(segments, 1);
   seg->cookie = 0;
   atomic_store_explicit(&seg->thread_id, 0, memory_order_relaxed);
-  fw_segment_tail_restore(seg, 0);
   if (!seg->direct) fw_segment_guard(seg, false);  /* the arena hands the chunks out again */
   if (seg->direct) {
     fw_stat_sub(reserved, seg->size);
@@ -539,18 +546,17 @@ static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
  * span of 2 MiB: the header's slice comes first) would bring the upper huge
  * page in whole for its last 64 KiB; the lower one is resident anyway, for
  * the header. So, as for a LARGE block's tail, that huge page keeps 4 KiB
- * pages while nothing else of it has been touched, until the segment goes
- * back to the arena (fw_segment_tail_restore). malloc(2 MiB) 16 times,
+ * pages while nothing else of it has been touched. malloc(2 MiB) 16 times,
  * written through: 63.5 MB of RSS, 2 MiB + 64 KiB a block since (mimalloc
  * 3.3: 34.8 MB). Spans placed in the upper half later fault it in 4 KiB at
  * a time: the same memory, more faults. */
 static void fw_segment_span_tail(fw_segment_t *seg, size_t start, size_t n) {
   const size_t half = FW_HUGE_PAGE / FW_SLICE_SIZE;
-  if (!seg->huge || seg->thp_tail || start >= half || start + n != half + 1) return;
+  if (!seg->huge || seg->direct || start >= half || start + n != half + 1) return;
   uint64_t rest = ~(uint64_t)0 << (half + 1);  /* the upper half but the span's slice */
   if (fw_guard_bytes()) rest &= ~((uint64_t)1 << (FW_SLICES - 1));
   if (rest & (~seg->free_mask | seg->dirty_mask)) return;  /* touched: resident already */
-  if (fw_os_thp((uint8_t *)seg + FW_HUGE_PAGE, FW_HUGE_PAGE, false)) seg->thp_tail = (uint32_t)FW_HUGE_PAGE;
+  fw_arena_set_tail(seg->arena, seg->chunk, 1, 2 * (size_t)seg->chunk + 1, false);
 }
 
 fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
@@ -568,7 +574,7 @@ fw_page_t *fw_segment_span_alloc(fw_tld_t *tld, size_t n, bool map_new) {
   if (start < 0) {
     if (!map_new) return NULL;
     bool fresh;
-    seg = fw_segment_new(tld, FW_KIND_SPAN, 1, 0, 0, &fresh);
+    seg = fw_segment_new(tld, FW_KIND_SPAN, 1, 0, 0, 0, &fresh);
     if (!seg) return NULL;
     start = 1;
   }
@@ -685,7 +691,7 @@ fw_page_t *fw_segment_page_alloc(fw_tld_t *tld, int kind, bool map_new) {
   if (!seg) {
     if (!map_new) return NULL;
     bool is_zero;
-    seg = fw_segment_new(tld, kind, 1, 0, 0, &is_zero);
+    seg = fw_segment_new(tld, kind, 1, 0, 0, 0, &is_zero);
     if (!seg) return NULL;
     fw_tld_link_free(tld, seg);
   }
@@ -751,7 +757,7 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   if (size > SIZE_MAX - offset - FW_SEGMENT_SIZE - guard) return NULL;
   size_t chunks = (offset + size + guard + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   bool is_zero;
-  fw_segment_t *seg = fw_segment_new(tld, FW_KIND_LARGE, chunks, align, offset, &is_zero);
+  fw_segment_t *seg = fw_segment_new(tld, FW_KIND_LARGE, chunks, align, offset, offset + size, &is_zero);
   if (!seg) return NULL;
   FW_ASSERT((((uintptr_t)seg + offset) & (align - 1)) == 0);
   seg->pages_used = 1;
@@ -763,7 +769,6 @@ fw_page_t *fw_segment_large_alloc(fw_tld_t *tld, size_t size, size_t align) {
   pg->block_size = seg->size - offset - guard;
   pg->is_zero = is_zero;
   fw_page_flags_set(pg, fw_checked_flag());
-  fw_segment_large_tail(seg, pg->area + size);
   fw_page_t *sl = fw_ptr_slice(seg, pg->area);
   if (sl != pg) {
     /* the block starts beyond the first slice: make that slice point back */
@@ -784,9 +789,12 @@ bool fw_segment_large_grow(fw_page_t *page, size_t size) {
   size_t n = (offset + size + FW_SEGMENT_SIZE - 1) / FW_SEGMENT_SIZE;
   if (!fw_arena_extend(seg->arena, seg->chunk, seg->chunks, n - seg->chunks)) return false;
   /* the new chunks take the advice a block of the new size would get */
-  if (fw_opt(THP) == FW_THP_AUTO)
-    fw_arena_set_huge(seg->arena, seg->chunk + seg->chunks, n - seg->chunks,
-                      fw_segment_wants_huge(NULL, FW_KIND_LARGE, n));
+  if (fw_opt(THP) != FW_THP_NEVER) {
+    uint32_t first = seg->chunk + seg->chunks;
+    bool huge = fw_opt(THP) == FW_THP_ALWAYS ||
+                fw_arena_set_huge(seg->arena, first, n - seg->chunks, fw_segment_wants_huge(NULL, FW_KIND_LARGE, n));
+    if (huge) fw_segment_set_tail(seg->arena, first, n - seg->chunks, offset + size - seg->chunks * FW_SEGMENT_SIZE, true);
+  }
   seg->chunks = (uint32_t)n;
   seg->size = n * FW_SEGMENT_SIZE;
   page->block_size = seg->size - offset;
@@ -806,7 +814,6 @@ bool fw_segment_large_shrink(fw_page_t *page, size_t size) {
     fw_stat_sub(direct, tail * FW_SEGMENT_SIZE);
     fw_os_unmap((uint8_t *)seg + n * FW_SEGMENT_SIZE, tail * FW_SEGMENT_SIZE);
   } else {
-    fw_segment_tail_restore(seg, n);
     fw_arena_free_large(seg->arena, seg->chunk + (uint32_t)n, tail);
   }
   seg->chunks = (uint32_t)n;

@@ -188,9 +188,6 @@ struct fw_segment_s {
       _Alignas(64) uint32_t pages_used;
       uint8_t in_free_list;
       uint8_t span_bin;             /* SPAN: longest free run, the tld bin it is in */
-      uint32_t thp_tail;            /* in huge pages: offset of the huge page a LARGE
-                                       block (or a span) ends in, advised 4 KiB pages
-                                       (0: none) */
       uint64_t free_mask;           /* page slots not in use */
       uint64_t dirty_mask;          /* free page slots whose memory is not purged */
       uint64_t purge_due;           /* ms: when the dirty free pages may be purged */

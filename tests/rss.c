@@ -598,6 +598,39 @@ static void t_big_pow2(void) {
   }
 }
 
+/* Buffers a little above a multiple of 2 MiB, written through: the huge
+ * page a block in huge pages ends in keeps 4 KiB pages when the block
+ * fills at most 512 KiB of it. 4 blocks of 2 MiB + 256 KiB took 16 MiB of
+ * RSS before (4 MiB each), 4 of 6 MiB + 256 KiB 32 MiB; glibc and
+ * mimalloc take what the blocks hold. A second round, on the memory the
+ * first gave back, must not take more. As big_pow2, it can tell only where
+ * the kernel offers transparent huge pages. */
+static void t_big_tail(void) {
+  for (size_t mib = 2; mib <= 6; mib += 4) {
+    enum { K = 4 };
+    size_t size = mib * MiB + 256 * 1024;
+    if (X.collect) X.collect(true);  /* the first round on fresh memory */
+    for (int round = 0; round < 2; round++) {
+      char *v[K];
+      size_t r0 = fwt_rss();
+      for (int i = 0; i < K; i++) {
+        v[i] = A.malloc(size);
+        CHECK(v[i] != NULL);
+        memset(v[i], i + 1, size);
+      }
+      size_t rise = fwt_rss() - r0;
+      for (int i = 0; i < K; i++) {
+        CHECKF(v[i][size - 1] == (char)(i + 1), "block %p lost its last byte", (void *)v[i]);
+        A.free(v[i]);
+      }
+      fwt_log("big_tail: %d blocks of %zu KiB written through (round %d): RSS rose by %zu KiB", K, size / 1024,
+              round, rise / 1024);
+      CHECKF(rise <= K * size + MiB, "%d blocks of %zu KiB written through took %zu KiB of RSS", K, size / 1024,
+             rise / 1024);
+    }
+  }
+}
+
 /* One round of realloc_grow: 64 buffers grown in turn by 1-64 B steps to
  * FINAL bytes; the minor page faults it took. */
 enum { RG_B = 64, RG_FINAL = 64 * 1024 };
@@ -1000,6 +1033,7 @@ static const fwt_section sections[] = {
   {"big_churn", t_big_churn},
   {"big_churn_mixed", t_big_churn_mixed},
   {"big_pow2", t_big_pow2},
+  {"big_tail", t_big_tail},
   {"thp_advice", t_thp_advice},
   {"exit_abandoned", t_exit_abandoned},
   {"exit_empty", t_exit_empty},

@@ -20,6 +20,8 @@
  *   large:   a block above 4 MiB gets them (in an arena and in a mapping
  *            of its own, above 256 MiB), written whole or not; a block of
  *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
+ *   tail:    the huge page a block ends in keeps 4 KiB pages when the
+ *            block fills at most 512 KiB of it, also for the next block;
  *   big_whole, big_ends: blocks of 1 to 4 MiB get them once their thread
  *            has been seen writing such blocks through (at their frees,
  *            or before any, at the next big malloc: big_early), and not
@@ -499,7 +501,7 @@ static void large_check(bool policy) {
     p[0] = 1;
     p[size - 1] = 1;
     /* its first byte: the huge page it ends in keeps 4 KiB pages when the
-     * block fills only part of it (segment.c fw_segment_large_tail) */
+     * block fills only part of it (segment.c fw_segment_set_tail) */
     char flags[512];
     vma_flags(p, flags, sizeof flags);
     fwt_log("large: a block of %zu MiB: mapping of its first byte [%s]", size / MiB, flags);
@@ -531,6 +533,34 @@ static void *none_thread(void *arg) {
   release(&r);
   if (X.option_get("thp") == 0) large_check(false);
   return NULL;
+}
+
+/* A block in huge pages that fills at most 512 KiB of the huge page it
+ * ends in keeps 4 KiB pages there (segment.c fw_segment_set_tail), the
+ * rest of it huge; the chunks keep that advice when the block is freed, and
+ * the next block of that size, in the same chunks, finds it. */
+static void *tail_thread(void *arg) {
+  (void)arg;
+  const size_t size = 6 * MiB + 256 * 1024;
+  for (int round = 0; round < 2; round++) {
+    char *p = A.malloc(size);
+    CHECK(p != NULL);
+    memset(p, round + 1, size);
+    char first[512], last[512];
+    vma_flags(p, first, sizeof first);
+    vma_flags(p + size - 1, last, sizeof last);
+    fwt_log("tail: a block of %zu KiB (round %d): first byte [%s], last byte [%s]", size / 1024, round, first, last);
+    CHECKF(has_flag(first, "hg"), "a block of %zu KiB got no huge pages: flags [%s]", size / 1024, first);
+    CHECKF(has_flag(last, "nh"), "the last 256 KiB of a block of %zu KiB ask for a huge page: flags [%s]",
+           size / 1024, last);
+    A.free(p);
+  }
+  return NULL;
+}
+
+static void t_tail(void) {
+  need_thp(2);
+  on_thread(tail_thread);
 }
 
 static void t_never(void) {
@@ -674,6 +704,7 @@ static const fwt_section sections[] = {
   {"medium_calloc", t_medium_calloc},
   {"split", t_split},
   {"large", t_large},
+  {"tail", t_tail},
   {"big_whole", t_big_whole},
   {"big_ends", t_big_ends},
   {"big_early", t_big_early},
