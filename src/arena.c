@@ -40,6 +40,7 @@ struct fw_arena_s {
                                               changed only by a chunk's holder */
   _Atomic(uint64_t) tail[2 * FW_ARENA_WORDS]; /* halves of huge chunks advised 4 KiB pages
                                                  apart (fw_arena_set_tail), bit 2c + i */
+  _Atomic(uint32_t) tails;                 /* bits set in tail[] */
   _Atomic(uint64_t) due[FW_ARENA_CHUNKS_MAX]; /* ms: purge deadline while dirty and free,
                                                  the mark's deadline while marked */
 };
@@ -236,6 +237,7 @@ static bool fw_arena_add(size_t min_chunks) {
         atomic_store_explicit(&a->tail[2 * w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->tail[2 * w + 1], 0, memory_order_relaxed);
       }
+      atomic_store_explicit(&a->tails, 0, memory_order_relaxed);
       fw_stat_add(reserved, want * FW_SEGMENT_SIZE);
       if (reuse) {
         atomic_store_explicit(&a->released, false, memory_order_release);
@@ -315,10 +317,22 @@ bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) 
   else atomic_fetch_and_explicit(&a->huge[w], ~m, memory_order_relaxed);
   /* the whole range has one advice now */
   size_t h0 = 2 * (size_t)chunk, h1 = h0 + 2 * chunks;
-  for (size_t w2 = h0 / 64; w2 * 64 < h1; w2++)
-    atomic_fetch_and_explicit(&a->tail[w2], ~fw_tail_mask(w2, h0, h1), memory_order_relaxed);
+  for (size_t w2 = h0 / 64; w2 * 64 < h1; w2++) {
+    uint64_t was = atomic_fetch_and_explicit(&a->tail[w2], ~fw_tail_mask(w2, h0, h1), memory_order_relaxed);
+    unsigned gone = fw_popcount64(was & fw_tail_mask(w2, h0, h1));
+    if (gone) atomic_fetch_sub_explicit(&a->tails, gone, memory_order_relaxed);
+  }
   return huge;
 }
+
+/* Each half advised apart is a mapping of its own to the kernel (two more
+ * entries in /proc/self/maps while its neighbours keep the huge advice),
+ * and a process may have only vm.max_map_count of them (65,530 by
+ * default): an arena (1 GiB at most) keeps at most this many, so that a
+ * heap of 100 GiB in big blocks adds a few thousand mappings at most. 200
+ * blocks of 1 to 10 MiB replaced 5 times each: 334 mappings with no limit,
+ * 77 before any half was advised apart. */
+#define FW_ARENA_TAILS_MAX 16
 
 void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep, bool others_back) {
   uint8_t *base = fw_arena_chunk_addr(a, chunk);
@@ -327,15 +341,22 @@ void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep
     uint64_t m = fw_tail_mask(w, h0, h1);
     for (uint64_t x = atomic_load_explicit(&a->tail[w], memory_order_relaxed) & m; x; x &= x - 1) {
       size_t h = w * 64 + fw_ctz64(x);
-      if (h != keep && fw_os_thp(base + (h - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, true))
+      if (h != keep && fw_os_thp(base + (h - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, true)) {
         atomic_fetch_and_explicit(&a->tail[w], ~((uint64_t)1 << (h % 64)), memory_order_relaxed);
+        atomic_fetch_sub_explicit(&a->tails, 1, memory_order_relaxed);
+      }
     }
   }
   if (keep < h0 || keep >= h1) return;
   uint64_t bit = (uint64_t)1 << (keep % 64);
   if (atomic_load_explicit(&a->tail[keep / 64], memory_order_relaxed) & bit) return;
-  if (fw_os_thp(base + (keep - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, false))
-    atomic_fetch_or_explicit(&a->tail[keep / 64], bit, memory_order_relaxed);
+  /* a claim of the budget first: holders of other chunks may be adding theirs */
+  if (atomic_fetch_add_explicit(&a->tails, 1, memory_order_relaxed) >= FW_ARENA_TAILS_MAX ||
+      !fw_os_thp(base + (keep - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, false)) {
+    atomic_fetch_sub_explicit(&a->tails, 1, memory_order_relaxed);
+    return;
+  }
+  atomic_fetch_or_explicit(&a->tail[keep / 64], bit, memory_order_relaxed);
 }
 
 /* Purges the chunks of run [s, s + n) of word w; false if the OS refused. */

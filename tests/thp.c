@@ -22,6 +22,7 @@
  *            2 to 4 MiB keeps 4 KiB pages (the rounding would be too much);
  *   tail:    the huge page a block ends in keeps 4 KiB pages when the
  *            block fills at most 512 KiB of it, also for the next block;
+ *            tail_maps: a bounded number of such pages, each a mapping;
  *   big_whole, big_ends: blocks of 1 to 4 MiB get them once their thread
  *            has been seen writing such blocks through (at their frees,
  *            or before any, at the next big malloc: big_early), and not
@@ -563,6 +564,48 @@ static void t_tail(void) {
   on_thread(tail_thread);
 }
 
+/* Halves advised apart split the heap's mappings (each is a mapping of its
+ * own to the kernel), and vm.max_map_count bounds how many a process may
+ * have: big blocks of many sizes, replaced over and over, must leave a
+ * bounded number (arena.c FW_ARENA_TAILS_MAX). Nothing is written: the
+ * advice is given at malloc. */
+static size_t map_count(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  CHECK(f != NULL);
+  size_t n = 0;
+  for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+static void *tail_maps_thread(void *arg) {
+  (void)arg;
+  enum { LIVE = 96, ROUNDS = 4 };
+  char *v[LIVE] = {0};
+  fwt_rng r;
+  fwt_rng_init(&r, 17);
+  size_t m0 = map_count(), most = m0;
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < LIVE; i++) {
+      A.free(v[i]);
+      v[i] = A.malloc(fwt_range(&r, 4 * MiB + 64 * 1024, 12 * MiB));
+      CHECK(v[i] != NULL);
+    }
+    size_t m = map_count();
+    if (m > most) most = m;
+  }
+  for (int i = 0; i < LIVE; i++) A.free(v[i]);
+  fwt_log("tail_maps: %d blocks of 4-12 MiB replaced %d times: %zu mappings at the start, %zu at most", LIVE, ROUNDS,
+          m0, most);
+  CHECKF(most - m0 <= 64, "the heap's mappings went from %zu to %zu", m0, most);
+  return NULL;
+}
+
+static void t_tail_maps(void) {
+  need_thp(2);
+  on_thread(tail_maps_thread);
+}
+
 static void t_never(void) {
   need_thp(0);
   on_thread(none_thread);
@@ -705,6 +748,7 @@ static const fwt_section sections[] = {
   {"split", t_split},
   {"large", t_large},
   {"tail", t_tail},
+  {"tail_maps", t_tail_maps},
   {"big_whole", t_big_whole},
   {"big_ends", t_big_ends},
   {"big_early", t_big_early},
