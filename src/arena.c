@@ -40,7 +40,6 @@ struct fw_arena_s {
                                               changed only by a chunk's holder */
   _Atomic(uint64_t) tail[2 * FW_ARENA_WORDS]; /* halves of huge chunks advised 4 KiB pages
                                                  apart (fw_arena_set_tail), bit 2c + i */
-  _Atomic(uint32_t) tails;                 /* bits set in tail[] */
   _Atomic(uint64_t) due[FW_ARENA_CHUNKS_MAX]; /* ms: purge deadline while dirty and free,
                                                  the mark's deadline while marked */
 };
@@ -51,6 +50,7 @@ static _Atomic(size_t) fw_arena_epoch;  /* bumped when an arena is added */
 static fw_lock_t fw_arena_grow_lock = FW_LOCK_INIT;
 static _Atomic(uint64_t) fw_arena_next_purge;
 static _Atomic(size_t) fw_arena_marks;
+static _Atomic(size_t) fw_arena_tails;  /* bits set in every arena's tail[] */
 
 static fw_arena_t *fw_arena_at(size_t i) {
   fw_arena_t *block = atomic_load_explicit(&fw_arena_blocks[i / FW_ARENA_BLOCK], memory_order_acquire);
@@ -230,6 +230,9 @@ static bool fw_arena_add(size_t min_chunks) {
       bool reuse = atomic_load_explicit(&a->released, memory_order_relaxed);
       atomic_store_explicit(&a->base, p, memory_order_relaxed);
       atomic_store_explicit(&a->chunks, (uint32_t)want, memory_order_relaxed);
+      for (size_t w = 0; w < 2 * FW_ARENA_WORDS; w++)  /* a released arena's, given up with it */
+        atomic_fetch_sub_explicit(&fw_arena_tails, fw_popcount64(atomic_load_explicit(&a->tail[w], memory_order_relaxed)),
+                                  memory_order_relaxed);
       for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
         atomic_store_explicit(&a->dirty[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->marked[w], 0, memory_order_relaxed);
@@ -237,7 +240,6 @@ static bool fw_arena_add(size_t min_chunks) {
         atomic_store_explicit(&a->tail[2 * w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->tail[2 * w + 1], 0, memory_order_relaxed);
       }
-      atomic_store_explicit(&a->tails, 0, memory_order_relaxed);
       fw_stat_add(reserved, want * FW_SEGMENT_SIZE);
       if (reuse) {
         atomic_store_explicit(&a->released, false, memory_order_release);
@@ -320,7 +322,7 @@ bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) 
   for (size_t w2 = h0 / 64; w2 * 64 < h1; w2++) {
     uint64_t was = atomic_fetch_and_explicit(&a->tail[w2], ~fw_tail_mask(w2, h0, h1), memory_order_relaxed);
     unsigned gone = fw_popcount64(was & fw_tail_mask(w2, h0, h1));
-    if (gone) atomic_fetch_sub_explicit(&a->tails, gone, memory_order_relaxed);
+    if (gone) atomic_fetch_sub_explicit(&fw_arena_tails, gone, memory_order_relaxed);
   }
   return huge;
 }
@@ -328,11 +330,9 @@ bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) 
 /* Each half advised apart is a mapping of its own to the kernel (two more
  * entries in /proc/self/maps while its neighbours keep the huge advice),
  * and a process may have only vm.max_map_count of them (65,530 by
- * default): an arena (1 GiB at most) keeps at most this many, so that a
- * heap of 100 GiB in big blocks adds a few thousand mappings at most. 200
- * blocks of 1 to 10 MiB replaced 5 times each: 334 mappings with no limit,
- * 77 before any half was advised apart. */
-#define FW_ARENA_TAILS_MAX 16
+ * default): the process keeps at most FREEWAY_THP_TAILS. 96 blocks of 4 to
+ * 12 MiB replaced 4 times: from 38 to 198 mappings with no limit, 74 with
+ * 16 (48 before any half was advised apart). */
 
 void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep, bool others_back) {
   uint8_t *base = fw_arena_chunk_addr(a, chunk);
@@ -343,7 +343,7 @@ void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep
       size_t h = w * 64 + fw_ctz64(x);
       if (h != keep && fw_os_thp(base + (h - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, true)) {
         atomic_fetch_and_explicit(&a->tail[w], ~((uint64_t)1 << (h % 64)), memory_order_relaxed);
-        atomic_fetch_sub_explicit(&a->tails, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&fw_arena_tails, 1, memory_order_relaxed);
       }
     }
   }
@@ -351,9 +351,9 @@ void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep
   uint64_t bit = (uint64_t)1 << (keep % 64);
   if (atomic_load_explicit(&a->tail[keep / 64], memory_order_relaxed) & bit) return;
   /* a claim of the budget first: holders of other chunks may be adding theirs */
-  if (atomic_fetch_add_explicit(&a->tails, 1, memory_order_relaxed) >= FW_ARENA_TAILS_MAX ||
+  if (atomic_fetch_add_explicit(&fw_arena_tails, 1, memory_order_relaxed) >= (size_t)fw_opt(THP_TAILS) ||
       !fw_os_thp(base + (keep - h0) * FW_HALF_CHUNK, FW_HALF_CHUNK, false)) {
-    atomic_fetch_sub_explicit(&a->tails, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&fw_arena_tails, 1, memory_order_relaxed);
     return;
   }
   atomic_fetch_or_explicit(&a->tail[keep / 64], bit, memory_order_relaxed);
