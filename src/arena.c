@@ -230,7 +230,7 @@ static bool fw_arena_add(size_t min_chunks) {
       bool reuse = atomic_load_explicit(&a->released, memory_order_relaxed);
       atomic_store_explicit(&a->base, p, memory_order_relaxed);
       atomic_store_explicit(&a->chunks, (uint32_t)want, memory_order_relaxed);
-      for (size_t w = 0; w < 2 * FW_ARENA_WORDS; w++)  /* a released arena's, given up with it */
+      for (size_t w = 0; reuse && w < 2 * FW_ARENA_WORDS; w++)  /* a released arena's, gone with it */
         atomic_fetch_sub_explicit(&fw_arena_tails, fw_popcount64(atomic_load_explicit(&a->tail[w], memory_order_relaxed)),
                                   memory_order_relaxed);
       for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
@@ -333,7 +333,6 @@ bool fw_arena_set_huge(fw_arena_t *a, uint32_t chunk, size_t chunks, bool huge) 
  * default): the process keeps at most FREEWAY_THP_TAILS. 96 blocks of 4 to
  * 12 MiB replaced 4 times: from 38 to 198 mappings with no limit, 74 with
  * 16 (48 before any half was advised apart). */
-
 void fw_arena_set_tail(fw_arena_t *a, uint32_t chunk, size_t chunks, size_t keep, bool others_back) {
   uint8_t *base = fw_arena_chunk_addr(a, chunk);
   size_t h0 = 2 * (size_t)chunk, h1 = h0 + 2 * chunks;
