@@ -35,7 +35,10 @@
  *     for blocks above 4 MiB, which are mostly written whole; and for
  *     blocks of 1 to 4 MiB from a thread whose frees of such blocks show
  *     them written through (segment.c, fw_segment_big_look: a look now and
- *     then at how much of a freed block is resident). In 4 KiB pages, a
+ *     then at how much of a freed block is resident); the huge page such a
+ *     block ends in keeps 4 KiB pages if the block reaches at most 512 KiB
+ *     into it, a record the arena keeps with the chunk (arena.c, tail[];
+ *     FREEWAY_THP_TAILS of them at most, each a mapping). In 4 KiB pages, a
  *     fresh page of small blocks whose size class has filled a page before
  *     is faulted in whole by one system call (FREEWAY_POPULATE,
  *     fw_segment_page_fault_in): the class is piling blocks up.
