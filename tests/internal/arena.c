@@ -1,6 +1,6 @@
 /* arena.c — the arena layer (arena.h): claims of 1..64 chunks, the zero
- * promise of fresh and purged chunks, the purge delay, marks, and the
- * release of idle arenas. */
+ * promise of fresh and purged chunks, the purge delay, marks, the release
+ * of idle arenas, and the halves of chunks advised apart. */
 #include "itest.h"
 #include "arena.h"
 #include "os.h"
@@ -507,12 +507,63 @@ static void t_arena_release(void) {
   CHECK(released == a1_bytes);
 }
 
+/* Whether the mapping holding p is advised flag ("hg": huge pages, "nh":
+ * none), from its VmFlags line in /proc/self/smaps. */
+static bool advised(const void *p, const char *flag) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  CHECK(f != NULL);
+  char line[512];
+  bool here = false, found = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      here = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    } else if (here && strncmp(line, "VmFlags:", 8) == 0) {
+      char want[8];
+      snprintf(want, sizeof want, " %s", flag);
+      found = strstr(line, want) != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* The halves of huge chunks advised 4 KiB pages apart (fw_arena_set_tail),
+ * under FREEWAY_THP_TAILS=1 (set by ctest): the second is refused while
+ * the first stands, and taken once the first is gone with its chunk's
+ * advice (fw_arena_set_huge), so the process-wide count goes down as well
+ * as up; the advice is the kernel's, read back from /proc/self/smaps. */
+static void t_arena_tails(void) {
+  CHECK(fw_option_get("thp_tails") == 1);
+  claim a = take(1, NULL), b = take(1, NULL);
+  if (!fw_arena_set_huge(a.arena, a.chunk, 1, true) || !advised(a.p, "hg"))
+    it_skip("no MADV_HUGEPAGE here");
+  CHECK(fw_arena_set_huge(b.arena, b.chunk, 1, true));
+  const size_t half = FW_SEGMENT_SIZE / 2;
+  fw_arena_set_tail(a.arena, a.chunk, 1, 2 * (size_t)a.chunk + 1, false);
+  CHECKF(advised(a.p + half, "nh") && advised(a.p, "hg"), "chunk %u: upper half not advised apart", a.chunk);
+  fw_arena_set_tail(a.arena, a.chunk, 1, 2 * (size_t)a.chunk + 1, false);  /* kept: no second claim */
+  fw_arena_set_tail(b.arena, b.chunk, 1, 2 * (size_t)b.chunk + 1, false);
+  CHECKF(advised(b.p + half, "hg"), "chunk %u: a second half advised apart under a budget of one", b.chunk);
+  CHECK(!fw_arena_set_huge(a.arena, a.chunk, 1, false));
+  CHECK(advised(a.p, "nh") && advised(a.p + half, "nh"));
+  fw_arena_set_tail(b.arena, b.chunk, 1, 2 * (size_t)b.chunk + 1, false);
+  CHECKF(advised(b.p + half, "nh"), "chunk %u: the budget was not given back with chunk %u's advice", b.chunk,
+         a.chunk);
+  fw_arena_set_tail(b.arena, b.chunk, 1, SIZE_MAX, true);
+  CHECKF(advised(b.p + half, "hg"), "chunk %u: the half's huge advice did not come back", b.chunk);
+  fw_arena_set_tail(a.arena, a.chunk, 1, SIZE_MAX, true);
+  fw_arena_free(a.arena, a.chunk, 1, true);
+  fw_arena_free(b.arena, b.chunk, 1, true);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
     {"arena_alloc", t_arena_alloc}, {"arena_zero", t_arena_zero},
     {"arena_warm_runs", t_arena_warm_runs}, {"arena_extend", t_arena_extend},
     {"arena_marks", t_arena_marks}, {"arena_marks_race", t_arena_marks_race},
-    {"arena_release", t_arena_release},
+    {"arena_release", t_arena_release}, {"arena_tails", t_arena_tails},
   };
   return it_main(argc, argv, s, IT_COUNT(s));
 }
