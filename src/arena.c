@@ -230,9 +230,10 @@ static bool fw_arena_add(size_t min_chunks) {
       bool reuse = atomic_load_explicit(&a->released, memory_order_relaxed);
       atomic_store_explicit(&a->base, p, memory_order_relaxed);
       atomic_store_explicit(&a->chunks, (uint32_t)want, memory_order_relaxed);
-      for (size_t w = 0; reuse && w < 2 * FW_ARENA_WORDS; w++)  /* a released arena's, gone with it */
-        atomic_fetch_sub_explicit(&fw_arena_tails, fw_popcount64(atomic_load_explicit(&a->tail[w], memory_order_relaxed)),
-                                  memory_order_relaxed);
+      for (size_t w = 0; reuse && w < 2 * FW_ARENA_WORDS; w++) {  /* a released arena's, gone with it */
+        uint64_t t = atomic_load_explicit(&a->tail[w], memory_order_relaxed);
+        atomic_fetch_sub_explicit(&fw_arena_tails, fw_popcount64(t), memory_order_relaxed);
+      }
       for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
         atomic_store_explicit(&a->dirty[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->marked[w], 0, memory_order_relaxed);

@@ -337,7 +337,41 @@ static void fw_segment_rekind_empty(fw_tld_t *tld, int kind) {
   }
 }
 
-static void fw_segment_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t end, bool fresh);
+/* A block in huge pages that ends inside one would bring the whole of that
+ * one in when its last bytes are written: malloc(4 MiB), which the header
+ * pushes 12 KiB into a second chunk, took 6 MiB of RSS written through,
+ * malloc(8 MiB) 10 (glibc and mimalloc: 4 and 8), and malloc(2,200,000)
+ * 4 MiB (mimalloc, which packs big blocks side by side in its arenas: 2.25
+ * MiB). So
+ * the huge page the block ends in keeps 4 KiB pages (a block that realloc
+ * grows in place into it takes 4 KiB pages there). The arena keeps the
+ * advice with the chunk when the block is freed (fw_arena_set_tail): the
+ * next block there, if it ends in the same huge page, takes no madvise
+ * (bench_bigchurn --min 1MiB --max 4MiB: 1,376 madvise calls a run when
+ * each block advised its tail and gave the advice back at its free). */
+#define FW_HUGE_PAGE ((uintptr_t)2 << 20)
+/* ... when the block fills at most this much of it: 128 faults at most
+ * where a huge page would bring in 1.5 MiB or more it does not use.
+ * malloc(2,200,000) 16 times, written through: 63,596 KiB of RSS before,
+ * 34,680 since (mimalloc 3.3: 36,868). Medians of 11 interleaved runs of
+ * bench_bigchurn --ops 2000 --min 1MiB --max 4MiB: 16.0 ms at 512 KiB,
+ * 15.9 at 64 KiB, 16.7 at 1 MiB; --ops 300 --min 5MiB --max 25MiB (9
+ * runs): 31.0, 30.9 and 34.4 ms. */
+#define FW_HUGE_TAIL_MAX ((uintptr_t)512 << 10)
+/* Other halves of the chunks advised 4 KiB pages for an earlier block get
+ * the huge advice back only where their memory is fresh: in a warm chunk
+ * the 4 KiB pages faulted in already keep the kernel from placing a huge
+ * page there whatever the advice, and blocks of sizes that alternate (or
+ * chunks that go from big blocks to spans and back) would make a madvise
+ * pair each (bench_bigchurn --ops 2000 --min 1MiB --max 4MiB, FW_HUGE_TAIL_MAX
+ * at 1 MiB: 815 madvise calls a run while span segments gave the advice
+ * back on warm chunks too; 17 as landed, at 512 KiB). */
+static void fw_segment_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t end, bool fresh) {
+  size_t keep = SIZE_MAX;
+  size_t in = end % FW_HUGE_PAGE;
+  if (end && in && in <= FW_HUGE_TAIL_MAX) keep = 2 * (size_t)chunk + end / FW_HUGE_PAGE;
+  fw_arena_set_tail(arena, chunk, chunks, keep, fresh);
+}
 
 /* end: for a LARGE block, where it ends (from mem); 0 for other kinds. */
 static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size_t align, size_t offset,
@@ -405,40 +439,6 @@ static fw_segment_t *fw_segment_new(fw_tld_t *tld, int kind, size_t chunks, size
   fw_stat_add(segments, 1);
   if (kind != FW_KIND_LARGE) (*fw_segments_empty(tld, seg))++;  /* until its first page */
   return seg;
-}
-
-/* A block in huge pages that ends inside one would bring the whole of that
- * one in when its last bytes are written: malloc(4 MiB), which the header
- * pushes 12 KiB into a second chunk, took 6 MiB of RSS written through,
- * malloc(8 MiB) 10 (glibc and mimalloc: 4 and 8), and malloc(2.2 MB) 4 MiB
- * (mimalloc, which packs big blocks side by side in its arenas: 2.3). So
- * the huge page the block ends in keeps 4 KiB pages (a block that realloc
- * grows in place into it takes 4 KiB pages there). The arena keeps the
- * advice with the chunk when the block is freed (fw_arena_set_tail): the
- * next block there, if it ends in the same huge page, takes no madvise
- * (bench_bigchurn --min 1MiB --max 4MiB: 1,376 madvise calls a run when
- * each block advised its tail and gave the advice back at its free). */
-#define FW_HUGE_PAGE ((uintptr_t)2 << 20)
-/* ... when the block fills at most this much of it: 128 faults at most
- * where a huge page would bring in 1.5 MiB or more it does not use.
- * malloc(2.2 MB) 16 times, written through: 63.7 MB of RSS before, 34.6
- * since (mimalloc 3.3: 36.9). Medians of 11 interleaved runs of
- * bench_bigchurn --ops 2000 --min 1MiB --max 4MiB: 16.0 ms at 512 KiB,
- * 15.9 at 64 KiB, 16.7 at 1 MiB; --ops 300 --min 5MiB --max 25MiB (9
- * runs): 31.0, 30.9 and 34.4 ms. */
-#define FW_HUGE_TAIL_MAX ((uintptr_t)512 << 10)
-/* Other halves of the chunks advised 4 KiB pages for an earlier block get
- * the huge advice back only where their memory is fresh: in a warm chunk
- * the 4 KiB pages faulted in already keep the kernel from placing a huge
- * page there whatever the advice, and blocks of sizes that alternate (or
- * chunks that go from big blocks to spans and back) would make a madvise
- * pair each (bench_bigchurn --min 1MiB --max 4MiB with FW_HUGE_TAIL_MAX at
- * 1 MiB: 815 calls a run, 69 at 64 KiB). */
-static void fw_segment_set_tail(fw_arena_t *arena, uint32_t chunk, size_t chunks, size_t end, bool fresh) {
-  size_t keep = SIZE_MAX;
-  size_t in = end % FW_HUGE_PAGE;
-  if (end && in && in <= FW_HUGE_TAIL_MAX) keep = 2 * (size_t)chunk + end / FW_HUGE_PAGE;
-  fw_arena_set_tail(arena, chunk, chunks, keep, fresh);
 }
 
 /* Back to the arena or the OS. purge_now: an empty segment beyond the
@@ -547,8 +547,8 @@ static void fw_span_redirect(fw_page_t *page, size_t from, size_t to) {
  * page in whole for its last 64 KiB; the lower one is resident anyway, for
  * the header. So, as for a LARGE block's tail, that huge page keeps 4 KiB
  * pages while nothing else of it has been touched. malloc(2 MiB) 16 times,
- * written through: 63.5 MB of RSS, 2 MiB + 64 KiB a block since (mimalloc
- * 3.3: 34.8 MB). Spans placed in the upper half later fault it in 4 KiB at
+ * written through: 63,500 KiB of RSS before, 33,740 since (mimalloc 3.3:
+ * 34,820). Spans placed in the upper half later fault it in 4 KiB at
  * a time: the same memory, more faults. */
 static void fw_segment_span_tail(fw_segment_t *seg, size_t start, size_t n) {
   const size_t half = FW_HUGE_PAGE / FW_SLICE_SIZE;
@@ -793,7 +793,8 @@ bool fw_segment_large_grow(fw_page_t *page, size_t size) {
     uint32_t first = seg->chunk + seg->chunks;
     bool huge = fw_opt(THP) == FW_THP_ALWAYS ||
                 fw_arena_set_huge(seg->arena, first, n - seg->chunks, fw_segment_wants_huge(NULL, FW_KIND_LARGE, n));
-    if (huge) fw_segment_set_tail(seg->arena, first, n - seg->chunks, offset + size - seg->chunks * FW_SEGMENT_SIZE, true);
+    if (huge)
+      fw_segment_set_tail(seg->arena, first, n - seg->chunks, offset + size - seg->chunks * FW_SEGMENT_SIZE, true);
   }
   seg->chunks = (uint32_t)n;
   seg->size = n * FW_SEGMENT_SIZE;
