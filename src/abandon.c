@@ -11,9 +11,11 @@
  * with its free pages and the free blocks of its pages; so does a thread
  * that frees a block into one and has no room of that kind itself
  * (fw_abandon_reclaim). Any other frees the block in place and puts the
- * segment back (fw_abandon_free), so that the memory goes to a thread that
- * needs it: one that took the segment over because it freed into it would
- * hold its free pages without using them. When its thread leaves, a segment's free pages
+ * segment back (fw_abandon_free; the blocks it kept back for a batch, of
+ * all the segment's pages at once: fw_abandon_free_lists), so that the
+ * memory goes to a thread that needs it: one that took the segment over
+ * because it freed into it would hold its free pages without using them.
+ * When its thread leaves, a segment's free pages
  * are purged but for a few (FW_EXIT_WARM); those, and the pages that frees
  * empty later, stay warm for an adopter until the segment's deadline, when
  * the purge pass purges them. See alloc.c for the whole design. */
@@ -188,22 +190,50 @@ bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg) {
   return true;
 }
 
-bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm) {
-  if (!fw_abandon_claim(seg)) return false;
+/* With the segment held: n blocks of page, linked as remote frees link
+ * them (one alone: n = 1), into the page. True if that leaves it empty,
+ * which it can only at the last block: the list's blocks count as live. */
+static bool fw_abandon_push(fw_page_t *page, fw_block_t *b, uint32_t n) {
   fw_page_collect(page);
-  if (!fw_page_push(page, b)) {
-    fw_abandon_put(seg, fw_segment_abandon_due(seg));
-    return true;
+  bool empty = false;
+  while (n--) {
+    fw_block_t *next = NULL;
+    if (n) {
+      /* another thread's list: its links are checked as an owner checks
+       * the remote frees it takes */
+      uintptr_t t = fw_link_decode(b);
+      next = (fw_block_t *)(t ^ (uintptr_t)b);
+      if (fw_unlikely(FW_LINK_BAD_PAGE(t, page))) fw_list_corrupt(page, b, t);
+    }
+    empty = fw_page_push(page, b);
+    b = next;
   }
-  bool last = seg->pages_used == 1;
-  if (warm) fw_segment_page_free_warm(page);
-  else fw_segment_page_free(NULL, page);  /* purged at once: nobody may run a pass for it */
-  if (last) {
-    fw_stat_sub(abandoned, 1);     /* the segment went with its last page */
-    return true;
+  return empty;
+}
+
+bool fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm) {
+  if (!fw_abandon_claim(seg)) return false;
+  for (size_t i = 0; i < count; i++) {
+    fw_page_t *page = lists[i].page;
+    if (!fw_abandon_push(page, lists[i].head, lists[i].n)) continue;
+    /* the segment goes with its last page; the lists' other pages hold
+     * live blocks until their turn, so only the last list's can be that */
+    bool last = seg->pages_used == 1;
+    if (warm) fw_segment_page_free_warm(page);
+    else fw_segment_page_free(NULL, page);  /* purged at once: nobody may run a pass for it */
+    if (last) {
+      FW_ASSERT(i + 1 == count);
+      fw_stat_sub(abandoned, 1);
+      return true;
+    }
   }
   fw_abandon_put(seg, fw_segment_abandon_due(seg));
   return true;
+}
+
+bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm) {
+  fw_rfree_t one = {.page = page, .head = b, .tail = b, .n = 1, .limit = 1};
+  return fw_abandon_free_lists(seg, &one, 1, warm);
 }
 
 void fw_abandon_purge(uint64_t now, bool force) {

@@ -24,6 +24,10 @@ FW_HIDDEN bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg);
  * empty (for a thread with no heap, which may never run one). False if
  * another thread holds or owns seg now: the caller frees remotely instead. */
 FW_HIDDEN bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm);
+/* The same for the blocks another thread kept back for a batch (free.c),
+ * count lists of pages of seg, each in the form of a list of remote frees
+ * (head, n): one hold of the segment for all of them. */
+FW_HIDDEN bool fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm);
 /* Purges the free slots of abandoned segments whose deadline has passed
  * (all with force); at most one pass every few ms, by any thread. */
 FW_HIDDEN void fw_abandon_purge(uint64_t now, bool force);

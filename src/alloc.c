@@ -161,7 +161,10 @@
  *      room of the segment's kind adopts it; any other frees the block in
  *      place and the segment stays abandoned for a thread that needs memory
  *      to adopt whole, rather than going to whichever thread frees into it
- *      first. A page this empties stays warm for the adopter until the
+ *      first. Such frees are batched as in b, and a batch goes in with the
+ *      batches of the segment's other pages and one hold of the segment
+ *      (an atomic operation on a word every such free writes, and another
+ *      to put it back). A page this empties stays warm for the adopter until the
  *      segment's deadline if the freeing thread has a heap (its slow paths
  *      run the purge pass), else it is purged at once.
  *   d. a page whose last block is freed waits, free list intact, among
