@@ -198,11 +198,8 @@ FW_INLINE bool fw_rfree_wanted(fw_segment_t *seg, fw_page_t *page, const fw_heap
   /* An exited thread's segment (no owner) goes only to a default heap if
    * adopted, and no heap can free its pages in bulk meanwhile; a huge
    * block's has no page to batch. Batched, its frees hold the segment once
-   * a batch instead of once a block: two atomic operations on the arena's
-   * word of abandoned segments, which every thread freeing into one writes
-   * (bench_threadwave 2 threads: 27,008 such frees in 10 waves). Not for
-   * a thread with no room of the segment's kind: its free adopts the
-   * segment at once (fw_free_route). */
+   * a batch (fw_rfree_flush_abandoned). Not for a thread with no room of
+   * the segment's kind: its free adopts the segment at once (fw_free_route). */
   if (owner == 0) return !seg->direct && me != &fw_heap_empty && fw_segment_tld_has_room(me->tld, seg->kind);
   fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
   return heap && __atomic_load_n(&heap->is_default, __ATOMIC_RELAXED);
