@@ -15,6 +15,12 @@
  * all the segment's pages at once: fw_abandon_free_lists), so that the
  * memory goes to a thread that needs it: one that took the segment over
  * because it freed into it would hold its free pages without using them.
+ * A free that finds the segment held leaves its blocks on their pages as
+ * remote frees and sets the chunk's park bit (arena.h); every holder takes
+ * such blocks in as it puts the segment back (fw_abandon_release), so that
+ * no page's last blocks wait for an adopter that may never come. The
+ * purge pass takes in too what threads that saw the owner alive freed as
+ * it left: every abandoned segment gets a deadline, for one look at least.
  * When its thread leaves, a segment's free pages
  * are purged but for a few (FW_EXIT_WARM); those, and the pages that frees
  * empty later, stay warm for an adopter until the segment's deadline, when
@@ -67,10 +73,77 @@ static bool fw_abandon_claim(fw_segment_t *seg) {
   return fw_arena_unmark(seg->arena, seg->chunk);
 }
 
-/* Puts a held segment back. */
-static void fw_abandon_put(fw_segment_t *seg, uint64_t due) {
-  if (seg->direct) fw_direct_push(seg);
-  else fw_arena_mark(seg->arena, seg->chunk, due);
+static uint64_t fw_due_min(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
+
+/* The deadline the held segment was put back with last time (0: none). */
+static uint64_t fw_abandon_held_due(fw_segment_t *seg) {
+  return seg->direct ? 0 : fw_arena_due(seg->arena, seg->chunk);
+}
+
+/* With seg held: gives back a page with no live block left; true if the
+ * segment went with it (then touch nothing more). warm: see abandon.h. */
+static bool fw_abandon_page_free(fw_segment_t *seg, fw_page_t *page, bool warm) {
+  bool last = seg->pages_used == 1;
+  if (warm) fw_segment_page_free_warm(page);
+  else fw_segment_page_free(NULL, page);  /* purged at once: nobody may run a pass for it */
+  if (last) fw_stat_sub(abandoned, 1);
+  return last;
+}
+
+/* With seg held: takes in the remote frees waiting on its pages, and gives
+ * back the pages that leaves empty; true if the segment went. Remote frees
+ * wait there when their thread found the segment held (fw_abandon_park)
+ * or its owner still alive as it was leaving: without this, a page's last
+ * blocks so freed would keep the page and its segment until an adopter or
+ * a later free into that page came. */
+static bool fw_abandon_collect(fw_segment_t *seg, bool warm) {
+  for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
+    fw_page_t *pg = &seg->pages[i];
+    if (pg->flags & (FW_PF_UNUSED | FW_PF_REDIRECT)) continue;
+    if (FW_XFREE_LIST(atomic_load_explicit(&pg->xfree, memory_order_acquire)) == NULL) continue;
+    fw_page_collect(pg);
+    if (pg->used == 0 && fw_abandon_page_free(seg, pg, warm)) return true;
+  }
+  return false;
+}
+
+void fw_abandon_release(fw_segment_t *seg, uint64_t due, bool warm) {
+  if (seg->direct) {
+    fw_direct_push(seg);
+    return;
+  }
+  fw_arena_t *a = seg->arena;
+  uint32_t chunk = seg->chunk;
+  for (;;) {
+    if (fw_arena_take_parked(a, chunk)) {
+      if (fw_abandon_collect(seg, warm)) return;
+      due = fw_due_min(due, fw_segment_abandon_due(seg));
+    }
+    fw_arena_mark(a, chunk, due);
+    /* a thread may have parked work after the look above and failed to
+     * hold the segment before the mark went back (fw_arena_park) */
+    if (!fw_arena_parked(a, chunk) || !fw_arena_unmark(a, chunk)) return;
+    due = fw_arena_due(a, chunk);
+  }
+}
+
+/* For a thread that could not hold seg (another thread holds it, or owns
+ * it again): the lists go onto their pages as remote frees, and the park
+ * bit asks the holder to take them in as it puts the segment back (or this
+ * thread holds it now, and does so itself). An owner takes them in as any
+ * remote frees, and its segment's bit is left for a later holder, which
+ * finds nothing to do. */
+static void fw_abandon_park(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm) {
+  /* read before the lists go: the segment may go with them */
+  bool direct = seg->direct;
+  fw_arena_t *a = seg->arena;
+  uint32_t chunk = seg->chunk;
+  for (size_t k = 0; k < count; k++)
+    fw_page_free_remote_list(lists[k].page, lists[k].head, lists[k].tail, lists[k].n);
+  if (direct) return;  /* held only by an adopter, who owns it from then on */
+  fw_arena_park(a, chunk);
+  /* Held: it is a segment at seg's place, this one or one made there since */
+  if (fw_arena_unmark(a, chunk)) fw_abandon_release(seg, fw_arena_due(a, chunk), warm);
 }
 
 /* The free memory an exiting thread leaves warm in a segment: in one with
@@ -140,7 +213,11 @@ void fw_abandon_segments(fw_tld_t *tld) {
       seg = next;
       continue;
     }
+    /* A thread that saw this one alive may still free into the segment
+     * after it is put back: the purge pass looks at it once, whatever its
+     * free pages (fw_abandon_collect). */
     uint64_t due = fw_segment_abandon_due(seg);
+    if (!due && fw_opt(PURGE_DELAY) > 0) due = fw_os_clock_ms() + (uint64_t)fw_opt(PURGE_DELAY);
     fw_segment_detach(tld, seg);
     for (size_t i = 0; i < FW_SLICES; i += seg->page_slices) {
       fw_page_t *pg = &seg->pages[i];
@@ -153,7 +230,7 @@ void fw_abandon_segments(fw_tld_t *tld) {
     }
     fw_stat_add(abandoned, 1);
     fw_stat_add(abandoned_total, 1);
-    fw_abandon_put(seg, due);
+    fw_abandon_release(seg, due, true);
     seg = next;
   }
 }
@@ -211,29 +288,27 @@ static bool fw_abandon_push(fw_page_t *page, fw_block_t *b, uint32_t n) {
   return empty;
 }
 
-bool fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm) {
-  if (!fw_abandon_claim(seg)) return false;
+void fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm) {
+  if (!fw_abandon_claim(seg)) {
+    fw_abandon_park(seg, lists, count, warm);
+    return;
+  }
   for (size_t i = 0; i < count; i++) {
     fw_page_t *page = lists[i].page;
     if (!fw_abandon_push(page, lists[i].head, lists[i].n)) continue;
     /* the segment goes with its last page; the lists' other pages hold
      * live blocks until their turn, so only the last list's can be that */
-    bool last = seg->pages_used == 1;
-    if (warm) fw_segment_page_free_warm(page);
-    else fw_segment_page_free(NULL, page);  /* purged at once: nobody may run a pass for it */
-    if (last) {
+    if (fw_abandon_page_free(seg, page, warm)) {
       FW_ASSERT(i + 1 == count);
-      fw_stat_sub(abandoned, 1);
-      return true;
+      return;
     }
   }
-  fw_abandon_put(seg, fw_segment_abandon_due(seg));
-  return true;
+  fw_abandon_release(seg, fw_due_min(fw_abandon_held_due(seg), fw_segment_abandon_due(seg)), warm);
 }
 
-bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm) {
+void fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm) {
   fw_rfree_t one = {.page = page, .head = b, .tail = b, .n = 1, .limit = 1};
-  return fw_abandon_free_lists(seg, &one, 1, warm);
+  fw_abandon_free_lists(seg, &one, 1, warm);
 }
 
 void fw_abandon_purge(uint64_t now, bool force) {
@@ -246,8 +321,9 @@ void fw_abandon_purge(uint64_t now, bool force) {
   size_t cursor = 0;
   fw_segment_t *seg;
   while ((seg = fw_arena_unmark_due(now, force, &cursor)) != NULL) {
+    if (fw_abandon_collect(seg, false)) continue;
     fw_segment_purge_slots_now(seg);
-    fw_arena_mark(seg->arena, seg->chunk, 0);
+    fw_abandon_release(seg, 0, false);
   }
 }
 

@@ -18,16 +18,21 @@ FW_HIDDEN bool fw_abandon_reclaim_one(fw_heap_t *heap);
 FW_HIDDEN bool fw_abandon_reclaim(fw_heap_t *heap, fw_segment_t *seg);
 /* Frees block b of page in abandoned segment seg in place, holding the
  * segment for the moment it takes; the segment stays abandoned, for a
- * thread that needs memory to adopt (the caller has room of its own). warm: a page left empty stays
- * committed until the segment's deadline (for a caller whose slow paths run
- * the purge pass); else it is purged at once, and the segment freed when
- * empty (for a thread with no heap, which may never run one). False if
- * another thread holds or owns seg now: the caller frees remotely instead. */
-FW_HIDDEN bool fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm);
+ * thread that needs memory to adopt (the caller has room of its own). warm:
+ * a page left empty stays committed until the segment's deadline (for a
+ * caller whose slow paths run the purge pass); else it is purged at once,
+ * and the segment freed when empty (for a thread with no heap, which may
+ * never run one). If another thread holds seg, the block is left for it
+ * to take in as it puts seg back; if one owns seg again, for the owner. */
+FW_HIDDEN void fw_abandon_free(fw_segment_t *seg, fw_page_t *page, fw_block_t *b, bool warm);
 /* The same for the blocks another thread kept back for a batch (free.c),
  * count lists of pages of seg, each in the form of a list of remote frees
  * (head, n): one hold of the segment for all of them. */
-FW_HIDDEN bool fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm);
+FW_HIDDEN void fw_abandon_free_lists(fw_segment_t *seg, const fw_rfree_t *lists, size_t count, bool warm);
+/* A holder of abandoned seg puts it back, due its purge deadline (0: none),
+ * after taking in the frees other threads left for it meanwhile (warm as
+ * for fw_abandon_free); the segment may be gone after it. */
+FW_HIDDEN void fw_abandon_release(fw_segment_t *seg, uint64_t due, bool warm);
 /* Purges the free slots of abandoned segments whose deadline has passed
  * (all with force); at most one pass every few ms, by any thread. */
 FW_HIDDEN void fw_abandon_purge(uint64_t now, bool force);

@@ -166,7 +166,10 @@
  *      (an atomic operation on a word every such free writes, and another
  *      to put it back). A page this empties stays warm for the adopter until the
  *      segment's deadline if the freeing thread has a heap (its slow paths
- *      run the purge pass), else it is purged at once.
+ *      run the purge pass), else it is purged at once. A free that finds
+ *      the segment held by another thread leaves its blocks for the holder,
+ *      who takes them in as it puts the segment back (the arena's park
+ *      bit), so no page's last blocks wait on a later event.
  *   d. a page whose last block is freed waits, free list intact, among
  *      its heap's kept pages (FREEWAY_PAGE_RETAIN KiB, heap.c) for the next
  *      page of its class, so that a batch allocated and freed again does not

@@ -36,6 +36,7 @@ struct fw_arena_s {
   _Atomic(uint64_t) inuse[FW_ARENA_WORDS];
   _Atomic(uint64_t) dirty[FW_ARENA_WORDS];
   _Atomic(uint64_t) marked[FW_ARENA_WORDS];
+  _Atomic(uint64_t) parked[FW_ARENA_WORDS];  /* a marked chunk's holder has work left for it */
   _Atomic(uint64_t) huge[FW_ARENA_WORDS];  /* advised MADV_HUGEPAGE (the rest: NOHUGEPAGE);
                                               changed only by a chunk's holder */
   _Atomic(uint64_t) tail[2 * FW_ARENA_WORDS]; /* halves of huge chunks advised 4 KiB pages
@@ -237,6 +238,7 @@ static bool fw_arena_add(size_t min_chunks) {
       for (size_t w = 0; w < FW_ARENA_WORDS; w++) {
         atomic_store_explicit(&a->dirty[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->marked[w], 0, memory_order_relaxed);
+        atomic_store_explicit(&a->parked[w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->huge[w], huge ? ~(uint64_t)0 : 0, memory_order_relaxed);
         atomic_store_explicit(&a->tail[2 * w], 0, memory_order_relaxed);
         atomic_store_explicit(&a->tail[2 * w + 1], 0, memory_order_relaxed);
@@ -447,20 +449,43 @@ void fw_arena_mark(fw_arena_t *a, uint32_t chunk, uint64_t due) {
   /* due[] of a chunk in use is free to hold the mark's deadline */
   atomic_store_explicit(&a->due[chunk], due, memory_order_relaxed);
   atomic_fetch_add_explicit(&fw_arena_marks, 1, memory_order_relaxed);
-  atomic_fetch_or_explicit(&a->marked[chunk / 64], (uint64_t)1 << (chunk % 64), memory_order_release);
+  atomic_fetch_or_explicit(&a->marked[chunk / 64], (uint64_t)1 << (chunk % 64), memory_order_seq_cst);
+}
+
+uint64_t fw_arena_due(fw_arena_t *a, uint32_t chunk) {
+  return atomic_load_explicit(&a->due[chunk], memory_order_relaxed);
 }
 
 static bool fw_arena_take_mark(fw_arena_t *a, uint32_t chunk) {
   uint64_t bit = (uint64_t)1 << (chunk % 64);
-  if (!(atomic_fetch_and_explicit(&a->marked[chunk / 64], ~bit, memory_order_acq_rel) & bit)) return false;
+  if (!(atomic_fetch_and_explicit(&a->marked[chunk / 64], ~bit, memory_order_seq_cst) & bit)) return false;
   atomic_fetch_sub_explicit(&fw_arena_marks, 1, memory_order_relaxed);
   return true;
 }
 
 bool fw_arena_unmark(fw_arena_t *a, uint32_t chunk) {
-  if (!(atomic_load_explicit(&a->marked[chunk / 64], memory_order_relaxed) & ((uint64_t)1 << (chunk % 64))))
+  /* seq_cst for the park bit's handshake (fw_arena_park); a plain load on x86 */
+  if (!(atomic_load_explicit(&a->marked[chunk / 64], memory_order_seq_cst) & ((uint64_t)1 << (chunk % 64))))
     return false;
   return fw_arena_take_mark(a, chunk);
+}
+
+/* The park bit and the mark meet as in Dekker's algorithm: a thread that
+ * leaves work sets the bit and then tries to take the mark; a holder puts
+ * the mark back and then looks at the bit. With every one of these
+ * operations sequentially consistent, one of the two sees the other's. */
+void fw_arena_park(fw_arena_t *a, uint32_t chunk) {
+  atomic_fetch_or_explicit(&a->parked[chunk / 64], (uint64_t)1 << (chunk % 64), memory_order_seq_cst);
+}
+
+bool fw_arena_parked(fw_arena_t *a, uint32_t chunk) {
+  return (atomic_load_explicit(&a->parked[chunk / 64], memory_order_seq_cst) >> (chunk % 64)) & 1;
+}
+
+bool fw_arena_take_parked(fw_arena_t *a, uint32_t chunk) {
+  uint64_t bit = (uint64_t)1 << (chunk % 64);
+  if (!(atomic_load_explicit(&a->parked[chunk / 64], memory_order_relaxed) & bit)) return false;
+  return (atomic_fetch_and_explicit(&a->parked[chunk / 64], ~bit, memory_order_seq_cst) & bit) != 0;
 }
 
 size_t fw_arena_marked(void) { return atomic_load_explicit(&fw_arena_marks, memory_order_relaxed); }

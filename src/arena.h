@@ -51,6 +51,8 @@ FW_HIDDEN void fw_arena_visit(fw_arena_visit_fn *fn, void *arg);
 
 /* ---- marks ---------------------------------------------------------------- */
 FW_HIDDEN void fw_arena_mark(fw_arena_t *arena, uint32_t chunk, uint64_t due);
+/* The deadline a chunk was last marked with; for the chunk's holder. */
+FW_HIDDEN uint64_t fw_arena_due(fw_arena_t *arena, uint32_t chunk);
 /* Clears the mark if set; true: this caller cleared it. */
 FW_HIDDEN bool fw_arena_unmark(fw_arena_t *arena, uint32_t chunk);
 /* Clears any one mark; returns its chunk's address, or NULL. */
@@ -60,6 +62,15 @@ FW_HIDDEN void *fw_arena_unmark_any(void);
  * end. *cursor starts at 0. */
 FW_HIDDEN void *fw_arena_unmark_due(uint64_t now, bool force, size_t *cursor);
 FW_HIDDEN size_t fw_arena_marked(void);
+/* A chunk's "park" bit: a thread that could not take the mark (someone holds
+ * the chunk) left work for the holder. fw_arena_park sets it; a holder that
+ * has put the mark back and then finds it set takes the mark again if it
+ * can (fw_arena_parked, then fw_arena_unmark), and clears it while holding
+ * (fw_arena_take_parked: true if it was set). Ordered so that either the
+ * parking thread's next unmark or the holder's look succeeds (arena.c). */
+FW_HIDDEN void fw_arena_park(fw_arena_t *arena, uint32_t chunk);
+FW_HIDDEN bool fw_arena_parked(fw_arena_t *arena, uint32_t chunk);
+FW_HIDDEN bool fw_arena_take_parked(fw_arena_t *arena, uint32_t chunk);
 
 FW_HIDDEN void fw_arena_fork_prepare(void);
 FW_HIDDEN void fw_arena_fork_parent(void);

@@ -35,7 +35,8 @@ FW_INLINE void fw_free_route(fw_segment_t *seg, fw_page_t *page, fw_block_t *b) 
       fw_heap_free_local(page, b);
       return;
     }
-    if (fw_abandon_free(seg, page, b, has_heap)) return;
+    fw_abandon_free(seg, page, b, has_heap);
+    return;
   }
   fw_page_free_remote(page, b);
 }
@@ -127,13 +128,8 @@ FW_INLINE fw_rfree_t fw_rfree_take_list(fw_tld_t *tld, size_t i) {
  * --ops 80000 under callgrind: 27,008 holds with each block alone, 12,653
  * with each entry alone, 2,851 with each segment's (1,093 of them single
  * frees: no room, or no heap); 248.8M instructions in all before, 239.6M
- * after. Another thread may hold the segment for a moment (a free in
- * place, the purge pass): this waits for it, since lists left on their
- * pages as remote frees wait for a later free into the same page or an
- * adopter to take them in, and a batch may hold a page's last blocks. Only
- * a segment adopted meanwhile (it has an owner again, who takes remote
- * frees in) or one held past FW_ABANDON_TRIES gets them so. */
-#define FW_ABANDON_TRIES 64
+ * after. If another thread holds the segment, the lists wait on their
+ * pages for it (fw_abandon_free_lists). */
 static void fw_rfree_flush_abandoned(fw_tld_t *tld, size_t i, fw_segment_t *seg) {
   fw_rfree_t lists[FW_RFREE_SLOTS];
   size_t count = 0;
@@ -142,15 +138,7 @@ static void fw_rfree_flush_abandoned(fw_tld_t *tld, size_t i, fw_segment_t *seg)
     size_t j = fw_ctz64(more);
     if (fw_page_segment(tld->rfree[j].page) == seg) lists[count++] = fw_rfree_take_list(tld, j);
   }
-  bool warm = fw_opt(RECLAIM) != 0;
-  for (int tries = 0; !fw_abandon_free_lists(seg, lists, count, warm); tries++) {
-    if (atomic_load_explicit(&seg->thread_id, memory_order_acquire) != 0 || tries == FW_ABANDON_TRIES) {
-      for (size_t k = 0; k < count; k++)
-        fw_page_free_remote_list(lists[k].page, lists[k].head, lists[k].tail, lists[k].n);
-      return;
-    }
-    fw_os_yield();
-  }
+  fw_abandon_free_lists(seg, lists, count, fw_opt(RECLAIM) != 0);
 }
 
 /* Hands an entry's blocks to their page: one CAS if the owner is still
