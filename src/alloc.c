@@ -96,12 +96,16 @@
  *      pop page->free. This is the whole fast path: one TLS load, no lock,
  *      no atomic, no call.
  *   b. 1 KiB .. 128 KiB: the head page of the class queue, popped in
- *      fw_malloc_generic without the rest of the slow path.
+ *      fw_malloc_generic without the rest of the slow path. There too, for
+ *      any small or medium size, a head page with no free block that is
+ *      alone in its queue and has blocks left to carve carves them, when
+ *      nothing else is waiting (a thread piling blocks up).
  *   c. otherwise, or when the list is empty: delayed remote frees,
  *      occasional housekeeping (purging), then the class queue: fold in
- *      remote frees, carve more never-used blocks (one OS page at a time;
- *      for medium blocks only once the next pages in the queue have no
- *      free block, since each carved block brings in new memory), move
+ *      remote frees, carve more never-used blocks (one OS page at a time,
+ *      four once a page has carved four; for medium blocks only once the
+ *      next pages in the queue have no free block, since each carved block
+ *      brings in new memory), move
  *      exhausted pages to the full list, take a fresh slot from a
  *      segment, adopt an abandoned segment (into the default heap only), or
  *      map a new one.
@@ -423,6 +427,30 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     }
   }
   if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_malloc_cautious(heap, size, 0);
+  /* A thread that piles blocks up carves a few at a time (fw_page_extend)
+   * and comes here for each carve. When the class's head page is the only
+   * page of its queue (no other page's free blocks to serve first), has no
+   * remote free waiting and blocks left to carve, and nothing else is due
+   * (no batch of remote frees held, no delayed free, no housekeeping), the
+   * whole slow path would carve the same blocks of the same page: carve
+   * them here. With fw_page_extend's bigger carves once a page has carved
+   * 16 KiB: bench_frag --threads 10 --ptrs 5000 --min 128 --max 1280
+   * --loops 6 under callgrind, 42.4M -> 35.7M instructions (39.2M with
+   * this alone), the loop 4.98 -> 4.10 ms (11 interleaved runs, medians;
+   * Debian's mimalloc 2: 3.37); bench_glibcbench --mode simple --main 1,
+   * 227.5M -> 202.0M instructions, 32.9 -> 30.4 ms. */
+  if (size <= FW_MEDIUM_MAX && !fw_secure) {
+    fw_page_t *page = heap->queues[fw_size_class(size)].first;
+    uint64_t n = heap->slow_count + 1;
+    if (page && page->capacity < page->reserved && !fw_page_has_free(page) && page->next == NULL && (n & 63) &&
+        !heap->tld->rfree_used && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
+        (atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~(uintptr_t)FW_XFREE_DELAYED) == 0) {
+      heap->slow_count = n;
+      fw_block_t *b = fw_page_carve(page);
+      if (size > FW_DIRECT_MAX && (uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
+      return b;
+    }
+  }
   return fw_malloc_plain(heap, size);
 }
 

@@ -202,6 +202,9 @@ FW_HIDDEN void fw_page_init(fw_page_t *page, fw_heap_t *heap, size_t cls, size_t
  * of sampled blocks): remote frees folded in, more blocks carved if need
  * be; NULL if the page has no room. */
 FW_HIDDEN fw_block_t *fw_page_take(fw_page_t *page);
+/* Carves page's next blocks (it has no free block, and room for more) and
+ * pops the first. */
+FW_HIDDEN fw_block_t *fw_page_carve(fw_page_t *page);
 /* A page that stays in its heap's full list (sampled blocks) after a free
  * from the heap's delayed list: the frees other threads made since folded
  * in, and the delayed bit set again, so that the next one reaches the heap
