@@ -435,10 +435,11 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
    * whole slow path would carve the same blocks of the same page: carve
    * them here. With fw_page_extend's bigger carves once a page has carved
    * 16 KiB: bench_frag --threads 10 --ptrs 5000 --min 128 --max 1280
-   * --loops 6 under callgrind, 42.4M -> 35.7M instructions (39.2M with
-   * this alone), the loop 4.98 -> 4.10 ms (11 interleaved runs, medians;
-   * Debian's mimalloc 2: 3.37); bench_glibcbench --mode simple --main 1,
-   * 227.5M -> 202.0M instructions, 32.9 -> 30.4 ms. */
+   * --loops 6 under callgrind, 42.4M -> 36.3M instructions (39.2M with
+   * this alone), the loop 5.07 -> 4.80 ms (11 interleaved runs, medians;
+   * 4.98 -> 4.10 in another series; Debian's mimalloc 2: 3.37);
+   * bench_glibcbench --mode simple --main 1, 227.5M -> 202.1M
+   * instructions, 43.4 -> 41.2 ms. */
   if (size <= FW_MEDIUM_MAX && !fw_secure) {
     fw_page_t *page = heap->queues[fw_size_class(size)].first;
     uint64_t n = heap->slow_count + 1;

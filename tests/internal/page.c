@@ -592,47 +592,62 @@ static void t_page_heads_alternate(void) {
 }
 
 /* A thread piling up blocks of one class: its page carves a 4 KiB page's
- * worth at a time until it has carved 16 KiB, then 16 KiB at a time (the
- * slow path's carve of fw_malloc_generic, and the whole slow path's, carve
- * the same); with a remote free waiting on the page, a malloc takes that
- * block before it carves more, for size classes of the direct table and
- * above it. */
-static void carve_class(fw_heap_t *heap, size_t size) {
+ * worth at a time until it has carved 16 KiB, then 16 KiB at a time if its
+ * blocks are small and no other thread has freed blocks of its segment
+ * (the slow path's carve of fw_malloc_generic, and the whole slow path's,
+ * carve the same). Returns the page's first block. */
+static void *carve_class(fw_heap_t *heap, size_t size) {
   const size_t os = fw_os_page_size();
   void *first = fw_heap_malloc_fast(heap, size);
   CHECK(first != NULL);
   fw_page_t *pg = fw_ptr_page(first);
   const size_t bs = pg->block_size;
-  CHECKF(pg->capacity == os / bs, "%zu B: first carve %u blocks of %zu B", size, pg->capacity, bs);
-  uint32_t cap = pg->capacity, carves = 1;
-  bool waited = false;
+  CHECKF(pg->capacity == (os / bs ? os / bs : 1), "%zu B: first carve %u blocks of %zu B", size, pg->capacity, bs);
+  uint32_t cap = pg->capacity, carves = 1, big = 0;
   while (pg->capacity < pg->reserved) {
-    if (!fw_page_has_free(pg) && !waited) {
-      /* every carved block handed out: one comes back from another thread */
-      fw_page_free_remote(pg, (fw_block_t *)first);
-      void *again = fw_heap_malloc_fast(heap, size);
-      CHECKF(again == first && pg->capacity == cap, "%zu B: a remote free waiting, the malloc got %p (freed %p), "
-             "capacity %u -> %u", size, again, first, cap, pg->capacity);
-      waited = true;
-      continue;
-    }
     void *p = fw_heap_malloc_fast(heap, size);
     CHECK(p != NULL && fw_ptr_page(p) == pg);
     if (pg->capacity == cap) continue;
-    size_t unit = ((size_t)cap * bs >= 4 * os ? 4 * os : os) / bs;
+    bool more = pg->kind == FW_KIND_SMALL && (size_t)cap * bs >= 4 * os && fw_page_segment(pg)->remote_in == 0;
+    size_t unit = (more ? 4 * os : os) / bs;
+    if (unit < 1) unit = 1;
     size_t want = cap + unit < pg->reserved ? unit : pg->reserved - cap;
     CHECKF(pg->capacity - cap == want, "%zu B: carve %u after %u blocks: %u blocks, expected %zu", size, carves, cap,
            pg->capacity - cap, want);
+    big += more;
     cap = pg->capacity;
     carves++;
   }
-  CHECK(waited);
+  CHECKF(big > 0 || pg->kind != FW_KIND_SMALL || fw_page_segment(pg)->remote_in != 0,
+         "%zu B: no 16 KiB carve in %u carves", size, carves);
+  return first;
+}
+
+/* With a remote free waiting on the page, a malloc takes that block before
+ * it carves more. */
+static void carve_waits(fw_heap_t *heap, size_t size) {
+  void *first = fw_heap_malloc_fast(heap, size);
+  CHECK(first != NULL);
+  fw_page_t *pg = fw_ptr_page(first);
+  while (fw_page_has_free(pg)) CHECK(fw_heap_malloc_fast(heap, size) != NULL);
+  CHECK(pg->capacity < pg->reserved);
+  uint32_t cap = pg->capacity;
+  fw_page_free_remote(pg, (fw_block_t *)first);
+  void *again = fw_heap_malloc_fast(heap, size);
+  CHECKF(again == first && pg->capacity == cap, "%zu B: a remote free waiting, the malloc got %p (freed %p), "
+         "capacity %u -> %u", size, again, first, cap, pg->capacity);
+  CHECK(fw_heap_malloc_fast(heap, size) != NULL && pg->capacity > cap);
 }
 
 static void t_page_carve(void) {
   fw_heap_t *heap = test_heap();
   carve_class(heap, 256);
   carve_class(heap, 1536);
+  carve_class(heap, 20000);
+  /* from here on, blocks of the segment have come back from another thread */
+  carve_waits(heap, 96);
+  carve_waits(heap, 3000);
+  carve_class(heap, 512);
 }
 
 int main(int argc, char **argv) {
