@@ -103,8 +103,9 @@
  *   c. otherwise, or when the list is empty: delayed remote frees,
  *      occasional housekeeping (purging), then the class queue: fold in
  *      remote frees, carve more never-used blocks (one OS page at a time,
- *      four once a page has carved four; for medium blocks only once the
- *      next pages in the queue have no free block, since each carved block
+ *      four once a page of small blocks has carved four, if no other
+ *      thread frees into its segment; for medium blocks only once the next
+ *      pages in the queue have no free block, since each carved block
  *      brings in new memory), move
  *      exhausted pages to the full list, take a fresh slot from a
  *      segment, adopt an abandoned segment (into the default heap only), or

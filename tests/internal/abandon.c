@@ -41,23 +41,30 @@ static fw_rfree_t list_of(size_t c, size_t from, size_t to) {
   return l;
 }
 
-static void t_abandon_free_lists(void) {
+/* A fresh process's maker, run and gone: its segment, abandoned with both
+ * pages' blocks live. */
+static fw_segment_t *made_abandoned(size_t *segments) {
   CHECK(fw_option_set("purge_delay", 100000) == 0);
   fw_process_init();
   pthread_t t;
   CHECK(pthread_create(&t, NULL, maker, NULL) == 0);
   CHECK(pthread_join(t, NULL) == 0);
-
   fw_segment_t *seg = fw_ptr_segment(blocks[0][0]);
+  for (size_t c = 0; c < 2; c++)
+    for (size_t i = 0; i < PER_CLASS; i++) CHECK(fw_ptr_segment(blocks[c][i]) == seg);
+  CHECK(seg->arena != NULL && atomic_load(&seg->thread_id) == 0);
+  *segments = it_stats().segments;
+  return seg;
+}
+
+static void t_abandon_free_lists(void) {
+  size_t segments;
+  fw_segment_t *seg = made_abandoned(&segments);
   fw_page_t *pg[2] = {fw_ptr_page(blocks[0][0]), fw_ptr_page(blocks[1][0])};
   for (size_t c = 0; c < 2; c++)
-    for (size_t i = 0; i < PER_CLASS; i++) {
-      CHECKF(fw_ptr_segment(blocks[c][i]) == seg, "the maker's blocks of class %zu in more than one segment", c);
-      CHECK(fw_ptr_page(blocks[c][i]) == pg[c]);
-    }
-  CHECK(pg[0] != pg[1] && seg->arena != NULL);
-  CHECK(atomic_load(&seg->thread_id) == 0);
-  const size_t abandoned = it_stats().segments_abandoned, segments = it_stats().segments;
+    for (size_t i = 0; i < PER_CLASS; i++) CHECK(fw_ptr_page(blocks[c][i]) == pg[c]);
+  CHECK(pg[0] != pg[1]);
+  const size_t abandoned = it_stats().segments_abandoned;
   CHECK(abandoned >= 1);
   const uint32_t used0 = pg[0]->used, used1 = pg[1]->used;
   CHECKF(used0 == PER_CLASS && used1 == PER_CLASS, "used %u and %u", used0, used1);
@@ -98,22 +105,6 @@ static void t_abandon_free_lists(void) {
   CHECKF(it_stats().segments_abandoned == abandoned - 1 && it_stats().segments == segments - 1,
          "abandoned %zu (before %zu), segments %zu (before %zu)", it_stats().segments_abandoned, abandoned,
          it_stats().segments, segments);
-}
-
-/* A fresh process's maker, run and gone: its segment, abandoned with both
- * pages' blocks live. */
-static fw_segment_t *made_abandoned(size_t *segments) {
-  CHECK(fw_option_set("purge_delay", 100000) == 0);
-  fw_process_init();
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, maker, NULL) == 0);
-  CHECK(pthread_join(t, NULL) == 0);
-  fw_segment_t *seg = fw_ptr_segment(blocks[0][0]);
-  for (size_t c = 0; c < 2; c++)
-    for (size_t i = 0; i < PER_CLASS; i++) CHECK(fw_ptr_segment(blocks[c][i]) == seg);
-  CHECK(seg->arena != NULL && atomic_load(&seg->thread_id) == 0);
-  *segments = it_stats().segments;
-  return seg;
 }
 
 static void check_gone(size_t segments) {
