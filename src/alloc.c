@@ -400,20 +400,41 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     fw_block_t *b = fw_page_pop_checked(heap->direct[size]);
     if (b) return b;
   }
-  /* Blocks above the direct table (1 KiB .. 128 KiB), and at the secure
-   * level all small and medium blocks: the head page of the class queue,
-   * when it has a free block and nothing else is due. */
-  if (fw_size_in_cdirect(size) || (fw_secure && size <= FW_MEDIUM_MAX)) {
+  /* Small and medium blocks, when nothing else is due (no delayed free, no
+   * housekeeping, not cautious mode): the head page of the class queue.
+   * Its free block, for blocks above the direct table (1 KiB .. 128 KiB)
+   * and at the secure level for all (a size of the table comes here when
+   * its head has none). Or its next blocks carved: a thread that piles
+   * blocks up carves a few at a time (fw_page_extend) and comes here for
+   * each carve; when the head has no free block, is the only page of its
+   * queue (no other page's free blocks to serve first), has no remote free
+   * waiting and blocks left to carve, and this thread holds no batch of
+   * remote frees, the whole slow path would carve the same blocks of the
+   * same page. With fw_page_extend's bigger carves once a page has carved
+   * 16 KiB: bench_frag --threads 10 --ptrs 5000 --min 128 --max 1280
+   * --loops 6 under callgrind, 42.4M -> 36.3M instructions (39.2M with
+   * the carve here alone), the loop 5.07 -> 4.80 ms (11 interleaved runs,
+   * medians; 4.98 -> 4.10 in another series; Debian's mimalloc 2: 3.37);
+   * bench_glibcbench --mode simple --main 1, 227.5M -> 202.1M
+   * instructions, 43.4 -> 41.2 ms. */
+  if (size <= FW_MEDIUM_MAX && !fw_opt(CAUTIOUS)) {
     size_t cls = fw_size_class(fw_secure && size < 2 * sizeof(uintptr_t) ? 2 * sizeof(uintptr_t) : size);
     fw_page_t *page = heap->queues[cls].first;
     uint64_t n = heap->slow_count + 1;
-    if (page && fw_page_has_free(page) && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
-        !fw_opt(CAUTIOUS)) {
-      heap->slow_count = n;
-      fw_block_t *b = fw_page_pop_checked(page);
-      if (fw_secure) fw_block_take(page, b);
-      if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
-      return b;
+    if (page && (n & 63) && !atomic_load_explicit(&heap->delayed, memory_order_relaxed)) {
+      fw_block_t *b = NULL;
+      if (fw_page_has_free(page)) {
+        b = fw_page_pop_checked(page);
+        if (fw_secure) fw_block_take(page, b);
+      } else if (!fw_secure && page->capacity < page->reserved && page->next == NULL && !heap->tld->rfree_used &&
+                 (atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~(uintptr_t)FW_XFREE_DELAYED) == 0) {
+        b = fw_page_carve(page);
+      }
+      if (b) {
+        heap->slow_count = n;
+        if ((uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
+        return b;
+      }
     }
   }
   /* A large block the heap's cache holds one of, on the same terms. */
@@ -428,31 +449,6 @@ void *fw_malloc_generic(size_t size, fw_heap_t *heap) {
     }
   }
   if (fw_unlikely(fw_opt(CAUTIOUS))) return fw_malloc_cautious(heap, size, 0);
-  /* A thread that piles blocks up carves a few at a time (fw_page_extend)
-   * and comes here for each carve. When the class's head page is the only
-   * page of its queue (no other page's free blocks to serve first), has no
-   * remote free waiting and blocks left to carve, and nothing else is due
-   * (no batch of remote frees held, no delayed free, no housekeeping), the
-   * whole slow path would carve the same blocks of the same page: carve
-   * them here. With fw_page_extend's bigger carves once a page has carved
-   * 16 KiB: bench_frag --threads 10 --ptrs 5000 --min 128 --max 1280
-   * --loops 6 under callgrind, 42.4M -> 36.3M instructions (39.2M with
-   * this alone), the loop 5.07 -> 4.80 ms (11 interleaved runs, medians;
-   * 4.98 -> 4.10 in another series; Debian's mimalloc 2: 3.37);
-   * bench_glibcbench --mode simple --main 1, 227.5M -> 202.1M
-   * instructions, 43.4 -> 41.2 ms. */
-  if (size <= FW_MEDIUM_MAX && !fw_secure) {
-    fw_page_t *page = heap->queues[fw_size_class(size)].first;
-    uint64_t n = heap->slow_count + 1;
-    if (page && page->capacity < page->reserved && !fw_page_has_free(page) && page->next == NULL && (n & 63) &&
-        !heap->tld->rfree_used && !atomic_load_explicit(&heap->delayed, memory_order_relaxed) &&
-        (atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~(uintptr_t)FW_XFREE_DELAYED) == 0) {
-      heap->slow_count = n;
-      fw_block_t *b = fw_page_carve(page);
-      if (size > FW_DIRECT_MAX && (uint8_t *)b >= page->fresh) page->fresh = (uint8_t *)b + page->block_size;
-      return b;
-    }
-  }
   return fw_malloc_plain(heap, size);
 }
 
