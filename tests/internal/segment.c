@@ -11,6 +11,7 @@
 #include "meta.h"
 #include "thread.h"
 #include "os.h"
+#include "options.h"
 
 #define SLICE FW_SLICE_SIZE
 
@@ -659,8 +660,57 @@ static void t_segment_large(void) {
   fw_arena_purge(0, true);
 }
 
+/* The upper half of a thread's segment of small blocks takes huge pages
+ * when the lower half holds 640 KiB of blocks in use and six full pages
+ * (fw_segment_upper_wants_huge). The heap profiler's pages of sampled
+ * blocks hold a few blocks each and take a slot as any page: they count as
+ * full, in bytes too. Here nine full pages (567 KiB) and the rest pages of
+ * samples with one block each: without the bytes of the samples' pages the
+ * thread is under the threshold (as thp.sampled.prof's thread was, in 1
+ * run of 150 on a loaded machine, with the profiler's draws). */
+static bool thp_usable(void) {
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char buf[128] = {0};
+  if (!f) return false;
+  bool ok = fgets(buf, sizeof buf, f) != NULL && strstr(buf, "[never]") == NULL;
+  fclose(f);
+  return ok;
+}
+
+static void t_segment_upper_sampled(void) {
+  if (!thp_usable()) it_skip("transparent huge pages are off");
+  fw_tld_t *tld = test_tld();
+  if (fw_opt(THP) != FW_THP_AUTO || fw_opt(PURGE_DELAY) == 0) it_skip("FREEWAY_THP or FREEWAY_PURGE_DELAY set");
+  enum { BS = 1024, FULL = 9 };
+  fw_segment_t *seg = NULL;
+  size_t lower = 0;
+  for (;;) {
+    fw_page_t *pg = fw_segment_page_alloc(tld, FW_KIND_SMALL, true);
+    CHECK(pg != NULL);
+    if (!seg) seg = fw_page_segment(pg);
+    CHECK(fw_page_segment(pg) == seg);
+    size_t slot = (size_t)(pg - seg->pages) / seg->page_slices;
+    if (slot >= FW_SLICES / seg->page_slices / 2) break;  /* the upper half reached: weighed */
+    CHECK(!seg->huge);
+    pg->block_size = BS;
+    pg->reserved = (uint16_t)(seg->page_slices * FW_SLICE_SIZE / BS - 1);
+    pg->capacity = pg->reserved;
+    if (lower++ < FULL) {
+      pg->used = pg->reserved;
+    } else {
+      pg->used = 1;
+      pg->prof_side = 1;
+    }
+  }
+  CHECKF(lower > FULL + 6 && FULL * (FW_SLICE_SIZE / BS - 1) * BS < (640u << 10),
+         "%zu pages in the lower half", lower);
+  CHECKF(seg->huge, "the upper half of a segment whose lower half holds %d full pages and %zu pages of samples got "
+         "no huge pages", FULL, lower - FULL);
+}
+
 int main(int argc, char **argv) {
   static const it_section s[] = {
+    {"segment_upper_sampled", t_segment_upper_sampled},
     {"segment_span", t_segment_span},
     {"segment_span_grow", t_segment_span_grow},
     {"segment_page_free", t_segment_page_free},
