@@ -104,7 +104,8 @@
  *      occasional housekeeping (purging), then the class queue: fold in
  *      remote frees, carve more never-used blocks (one OS page at a time,
  *      four once a page of small blocks has carved four, if no other
- *      thread frees into its segment; for medium blocks only once the next
+ *      thread frees into its segment, faulted in by one system call; for
+ *      medium blocks only once the next
  *      pages in the queue have no free block, since each carved block
  *      brings in new memory), move
  *      exhausted pages to the full list, take a fresh slot from a

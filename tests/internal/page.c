@@ -11,9 +11,11 @@
 #include "segment.h"
 #include "thread.h"
 #include "os.h"
+#include "options.h"
 #include "front.h"
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 static fw_heap_t *test_heap(void) {
   fw_process_init();
@@ -591,6 +593,19 @@ static void t_page_heads_alternate(void) {
   fw_heap_release(heap, NULL, true);
 }
 
+/* Whether the kernel takes MADV_POPULATE_WRITE (Linux 5.14 and later). */
+static bool populate_works(void) {
+  static int works = -1;
+  if (works < 0) {
+    size_t os = fw_os_page_size();
+    void *m = mmap(NULL, 2 * os, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(m != MAP_FAILED);
+    works = fw_os_populate(m, 2 * os) && fw_os_resident(m, 2 * os) == 2 * os;
+    munmap(m, 2 * os);
+  }
+  return works == 1;
+}
+
 /* A thread piling up blocks of one class: its page carves a 4 KiB page's
  * worth at a time until it has carved 16 KiB, then 16 KiB at a time if its
  * blocks are small and no other thread has freed blocks of its segment
@@ -605,10 +620,26 @@ static void *carve_class(fw_heap_t *heap, size_t size) {
   CHECKF(pg->capacity == (os / bs ? os / bs : 1), "%zu B: first carve %u blocks of %zu B", size, pg->capacity, bs);
   uint32_t cap = pg->capacity, carves = 1, big = 0;
   while (pg->capacity < pg->reserved) {
+    /* a carve of several OS pages of a fresh page, of a class not used
+     * up before, faults them in by one system call */
+    bool fresh = pg->is_zero && !(heap->filled[pg->cls / 64] & ((uint64_t)1 << (pg->cls % 64))) &&
+                 !fw_page_segment(pg)->huge && fw_opt(POPULATE) && populate_works();
+    uint64_t pops = atomic_load(&fw_os_calls[FW_OSC_POPULATE]);
     void *p = fw_heap_malloc_fast(heap, size);
     CHECK(p != NULL && fw_ptr_page(p) == pg);
     if (pg->capacity == cap) continue;
     bool more = pg->kind == FW_KIND_SMALL && (size_t)cap * bs >= 4 * os && fw_page_segment(pg)->remote_in == 0;
+    if (fresh) {
+      uint64_t asked = atomic_load(&fw_os_calls[FW_OSC_POPULATE]) - pops;
+      /* fw_page_extend's rule: the whole OS pages up to the last carved
+       * block's link */
+      size_t n = pg->capacity - cap;
+      uintptr_t from = (uintptr_t)pg->area + (size_t)cap * bs;
+      uintptr_t to = (from + (n - 1) * bs + sizeof(fw_block_t) + os - 1) & ~(uintptr_t)(os - 1);
+      bool want = more && n > 1 && to > fw_align_up(from, os);
+      CHECKF(asked == (want ? 1u : 0u), "%zu B: carve %u of %u blocks (%u carved before): %llu population calls, "
+             "expected %d", size, carves, pg->capacity - cap, cap, (unsigned long long)asked, want ? 1 : 0);
+    }
     size_t unit = (more ? 4 * os : os) / bs;
     if (unit < 1) unit = 1;
     size_t want = cap + unit < pg->reserved ? unit : pg->reserved - cap;
