@@ -622,7 +622,7 @@ static void *carve_class(fw_heap_t *heap, size_t size) {
   while (pg->capacity < pg->reserved) {
     /* a carve of several OS pages of a fresh page, of a class not used
      * up before, faults them in by one system call */
-    bool fresh = pg->is_zero && !(heap->filled[pg->cls / 64] & ((uint64_t)1 << (pg->cls % 64))) &&
+    bool fresh = pg->is_zero && !pg->prof_side && !(heap->filled[pg->cls / 64] & ((uint64_t)1 << (pg->cls % 64))) &&
                  !fw_page_segment(pg)->huge && fw_opt(POPULATE) && populate_works();
     uint64_t pops = atomic_load(&fw_os_calls[FW_OSC_POPULATE]);
     void *p = fw_heap_malloc_fast(heap, size);
