@@ -230,8 +230,10 @@ struct fw_heap_s {
                                       slot back for another class's new page */
   uint64_t head_back[2];           /* bit c: ... and class c needed a new page
                                       after that: its empty head stays (both
-                                      cleared every FW_HEAD_BACK_PAGES new pages) */
+                                      cleared after some new pages, heap.c) */
   uint32_t pages_new;              /* pages set up (fw_heap_page_new) */
+  uint32_t head_lapsed;            /* pages_new when head_gone and head_back
+                                      were last cleared */
   uint64_t filled[2];              /* bit c: this heap used a page of class c up:
                                       its next fresh pages come in whole
                                       (fw_segment_page_fault_in) */

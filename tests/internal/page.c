@@ -593,6 +593,38 @@ static void t_page_heads_alternate(void) {
   fw_heap_release(heap, NULL, true);
 }
 
+/* A program whose few live blocks are spread over many size classes: a
+ * window of 64 blocks of every class from 8 B to 32 KiB (73), one replaced at a time
+ * at random. Most heads are empty most of the time, and each new page took
+ * one of them, whose class then needed a new page in turn: the marks that
+ * keep a class's head once it came back lapsed every 32 new pages, before
+ * a class came back, and a page was set up every seven allocations. Once
+ * every class has its page, the heap sets up (almost) none. */
+static void t_page_heads_many(void) {
+  fw_heap_t *heap = test_heap();
+  enum { W = 64, CLASSES = 80 };
+  size_t sizes[CLASSES], n = 0;
+  for (size_t c = 1; c < FW_CLASS_COUNT && n < CLASSES; c++)
+    if (fw_class_size[c] <= 32768) sizes[n++] = fw_class_size[c];
+  CHECK(n >= 60);
+  void *slot[W] = {0};
+  uint64_t x = 88172645463325252ull;
+  uint32_t warm = 0;
+  for (int op = 0; op < 150000; op++) {
+    if (op == 50000) warm = heap->pages_new;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = (size_t)(x % W), size = sizes[(x >> 20) % n];
+    if (slot[j]) fw_heap_free_local(fw_ptr_page(slot[j]), (fw_block_t *)slot[j]);
+    slot[j] = fw_heap_malloc_fast(heap, size);
+    CHECK(slot[j] != NULL);
+  }
+  uint32_t later = heap->pages_new - warm;
+  CHECKF(later < 1000, "%u pages set up in 100,000 allocations after the first 50,000 (%u before)", later, warm);
+  for (size_t j = 0; j < W; j++)
+    if (slot[j]) fw_heap_free_local(fw_ptr_page(slot[j]), (fw_block_t *)slot[j]);
+  fw_heap_release(heap, NULL, true);
+}
+
 /* Whether the kernel takes MADV_POPULATE_WRITE (Linux 5.14 and later). */
 static bool populate_works(void) {
   static int works = -1;
@@ -685,6 +717,7 @@ int main(int argc, char **argv) {
   static const it_section s[] = {
     {"page_carve", t_page_carve},
     {"page_heads_alternate", t_page_heads_alternate},
+    {"page_heads_many", t_page_heads_many},
     {"page_queue", t_page_queue},
     {"page_pop_push", t_page_pop_push},
     {"page_collect", t_page_collect},
