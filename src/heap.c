@@ -134,7 +134,7 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
    * peak RSS 8.7 -> 16.2 MB, page faults 1,242 -> 2,088 on one thread.
    * A few dozen, or four new pages for each class with a queue if that is
    * more: a program whose few live blocks are spread over many classes
-   * (a window of 64 blocks of 8 B to 32 KiB, some 80 classes, each mostly
+   * (a window of 64 blocks of 8 B to 32 KiB, 73 classes, each mostly
    * holding none or one) empties most heads again and again, each new
    * page took one, whose class then needed a new page in turn, and the
    * marks lapsed every 32 pages, before a class came back: a page set up

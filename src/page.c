@@ -213,11 +213,11 @@ static void fw_page_extend(fw_page_t *page) {
    * memory resident. A page faulted in whole when it was set up (a class
    * that had used a page up before, FREEWAY_POPULATE, heap.c) is not
    * asked again; nor is a page of the heap profiler's sampled blocks, as
-   * at set-up (a few blocks of each size that is sampled). A thread's first page of each class comes this way:
-   * bench_frag --threads 10 --ptrs 5000 --min 128 --max 1280 --loops 3 (27
-   * classes piling up at once, the first loop faulting 35 MB in), 15
-   * interleaved runs, medians: system time 19.4 -> 17.0 ms, the mean loop
-   * 5.24 -> 4.63 ms. */
+   * at set-up (a few blocks of each size that is sampled). A thread's
+   * first page of each class comes this way: bench_frag --threads 10
+   * --ptrs 5000 --min 128 --max 1280 --loops 3 (27 classes piling up at
+   * once, the first loop faulting 35 MB in), 15 interleaved runs,
+   * medians: system time 19.4 -> 17.0 ms, the mean loop 5.24 -> 4.63 ms. */
   if (more && page->is_zero && !page->prof_side && fw_opt(POPULATE) && n > 1) {
     fw_heap_t *heap = atomic_load_explicit(&page->heap, memory_order_relaxed);
     if (heap && !(heap->filled[page->cls / 64] & ((uint64_t)1 << (page->cls % 64))) && !fw_page_segment(page)->huge)
