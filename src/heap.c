@@ -143,7 +143,7 @@ fw_page_t *fw_heap_page_new(fw_heap_t *heap, size_t cls) {
    * RSS 4.7 -> 3.2 MB). */
   uint64_t bit = (uint64_t)1 << (cls % 64);
   if (heap->head_gone[cls / 64] & bit) heap->head_back[cls / 64] |= bit;
-  uint32_t lapse = 4u * (uint32_t)(__builtin_popcountll(heap->queued[0]) + __builtin_popcountll(heap->queued[1]));
+  uint32_t lapse = 4u * (fw_popcount64(heap->queued[0]) + fw_popcount64(heap->queued[1]));
   if (lapse < FW_HEAD_BACK_PAGES) lapse = FW_HEAD_BACK_PAGES;
   if (++heap->pages_new - heap->head_lapsed >= lapse) {
     heap->head_lapsed = heap->pages_new;
