@@ -315,6 +315,74 @@ class RunTest(unittest.TestCase):
         self.assertIn("-stats.json", err)
 
 
+# A shell command that prints whether libfreeway is mapped into the shell.
+LOADED = ["sh", "-c", 'printf "{\\"loaded\\": %d}\\n" "$(grep -c libfreeway /proc/$$/maps)"']
+
+
+@unittest.skipUnless(LIB, "FREEWAY_LIB not set")
+class CompareTest(unittest.TestCase):
+    def compare(self, *args):
+        return freeway("compare", *args, timeout=120)
+
+    def test_each_allocator_runs_under_its_own_library(self):
+        st, out, err = self.compare("--reps", "3", "--with", "freeway,glibc", "--key", "loaded",
+                                    "--json", "--", *LOADED)
+        self.assertEqual(st, 0, err)
+        d = json.loads(out)
+        self.assertEqual([a["name"] for a in d["allocators"]], ["freeway", "glibc"])
+        self.assertEqual(d["allocators"][0]["library"], LIB)
+        self.assertIsNone(d["allocators"][1]["library"])
+        for a, loaded in zip(d["allocators"], (True, False)):
+            self.assertEqual(len(a["runs"]), 3)
+            # the count of the library's mappings in the shell
+            self.assertEqual([r["loaded"] > 0 for r in a["runs"]], [loaded] * 3, a["name"])
+            self.assertTrue(all(r["status"] == 0 and r["wall_s"] > 0 for r in a["runs"]))
+        self.assertEqual(d["allocators"][0]["ratio"]["wall_s"], 1.0)
+
+    def test_peak_rss_is_the_programs(self):
+        # The kernel's figure alone would give this test's own (forked) size
+        # for a small program; a big one must show its 64 MiB.
+        big = [sys.executable, "-c", "b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096])"]
+        st, out, err = self.compare("--reps", "1", "--with", "freeway,glibc", "--json", "--", *big)
+        self.assertEqual(st, 0, err)
+        for a in json.loads(out)["allocators"]:
+            self.assertGreaterEqual(a["median"]["maxrss_kib"], 64 << 10, a["name"])
+            self.assertLess(a["median"]["maxrss_kib"], 200 << 10, a["name"])
+        # A shell that sleeps holds 1 to 3 MiB; the command's own interpreter,
+        # whose mark every child inherits, 10 MiB and more.
+        st, out, err = self.compare("--reps", "1", "--with", "glibc", "--json", "--", "sh", "-c", "sleep 0.2")
+        self.assertEqual(st, 0, err)
+        rss = json.loads(out)["allocators"][0]["median"]["maxrss_kib"]
+        self.assertLess(rss, 8 << 10)
+
+    def test_text_table_names_labels_and_ratios(self):
+        st, out, err = self.compare("--reps", "2", "--with", "mine=%s,glibc" % LIB, "--", "true")
+        self.assertEqual(st, 0, err)
+        self.assertIn("2 runs each, interleaved", out)
+        rows = [l for l in out.splitlines() if l.startswith(("mine ", "glibc "))]
+        self.assertEqual(len(rows), 2, out)
+        self.assertRegex(rows[1], r"\(\d+\.\d\dx\)")
+        self.assertIn("mine: %s" % LIB, out)
+
+    def test_a_failing_run_stops_with_its_status(self):
+        st, out, err = self.compare("--reps", "2", "--with", "freeway,glibc", "--",
+                                    "sh", "-c", "echo broken >&2; exit 3")
+        self.assertEqual(st, 1)
+        self.assertRegex(err, r"exited with status 3 under (freeway|glibc) \(run 1\)")
+        self.assertIn("broken", err)
+
+    def test_unknown_allocator_and_missing_library(self):
+        st, _, err = self.compare("--with", "freeway,nosuchalloc", "--", "true")
+        self.assertEqual(st, 1)
+        self.assertIn("nosuchalloc: not an allocator", err)
+        st, _, err = self.compare("--with", "x=/nonexistent/libx.so", "--", "true")
+        self.assertEqual(st, 1)
+        self.assertIn("no such file", err)
+        st, _, err = self.compare("--with", "freeway,freeway", "--", "true")
+        self.assertEqual(st, 1)
+        self.assertIn("named twice", err)
+
+
 class ReportTest(unittest.TestCase):
     def report(self, *args):
         rc, out, err = freeway("report", *args)
