@@ -1258,7 +1258,8 @@ class GlibcBench(Experiment):
             "main thread, or on T threads at once each doing the same. thread (after "
             "bench-malloc-thread): each of T threads does a fixed number of operations on its own "
             "window of 1024 slots, replacing a random block with one of a log-uniform random size in "
-            "8 B-32 KiB. Time for the whole run; per-size ns per pair for 'simple'.")
+            "8 B-32 KiB; and one size alone: 128 slots of 16 KiB blocks. Time for the whole run; per-size "
+            "ns per pair for 'simple'.")
     extra_tables = (("ns_16", "simple: ns per malloc+free of 16 B", "f1"),
                     ("ns_256", "simple: ns per malloc+free of 256 B", "f1"),
                     ("ns_4096", "simple: ns per malloc+free of 4 KiB", "f1"),
@@ -1278,6 +1279,14 @@ class GlibcBench(Experiment):
             out.append(Case("thread, %dT x %s ops, 8B-32KiB" % (t, human_count(ops)),
                             [binpath("glibcbench"), "--mode", "thread", "--threads", t, "--ops", ops],
                             group="thread", x=t))
+        # A pool of 128 buffers of one medium size (16 KiB) replaced at
+        # random: the live blocks of the class fill its pages, so that
+        # nearly every free lands in a full page and the next malloc finds
+        # its head page used up (a page moves between the full list and its
+        # class queue on most operations in freeway and mimalloc).
+        out.append(Case("thread, 1T x %s ops, 16KiB only, 128 slots" % human_count(ops),
+                        [binpath("glibcbench"), "--mode", "thread", "--threads", 1, "--ops", ops,
+                         "--min", 16384, "--max", 16384, "--window", 128], group="one size"))
         return out
 
 
