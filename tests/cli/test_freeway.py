@@ -370,6 +370,9 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(st, 1)
         self.assertRegex(err, r"exited with status 3 under (freeway|glibc) \(run 1\)")
         self.assertIn("broken", err)
+        st, _, err = self.compare("--reps", "1", "--with", "glibc", "--", "sh", "-c", "kill -9 $$")
+        self.assertEqual(st, 1)
+        self.assertIn("was killed by signal 9 under glibc", err)
 
     def test_unknown_allocator_and_missing_library(self):
         st, _, err = self.compare("--with", "freeway,nosuchalloc", "--", "true")
